@@ -1,0 +1,82 @@
+// npm run chaos -- [options]: the chaos run (faults while workers work, then the books are
+// checked) or, with --pressure, the pressure phases. Both on an embedded PostgreSQL of
+// their own (.tusk/chaos-pg), which they restart and load as they please.
+import { Command, InvalidArgumentError } from 'commander';
+import { type ChaosOptions, QUICK, renderReport, runChaos } from './chaos.js';
+import { type PressureOptions, renderPressure, runPressure } from './pressure.js';
+
+const int = (name: string) => (v: string) => {
+  const n = Number(v.replaceAll('_', ''));
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`${name} must be a positive integer`);
+  return n;
+};
+
+const status = (line: string) => {
+  if (process.stderr.isTTY) process.stderr.write(`\r\x1b[2K${line}`);
+};
+
+interface Options {
+  jobs: number;
+  tenants: number;
+  workers: number;
+  concurrency: number;
+  killEveryMs: number;
+  quick?: boolean;
+  pressure?: boolean;
+  phaseS: number;
+  pinnedS: number;
+}
+
+const program = new Command('chaos')
+  .description('Tusk under faults: kills, terminated connections, a server restart, a frozen worker')
+  .option('--jobs <n>', 'jobs', int('--jobs'), 20_000)
+  .option('--tenants <n>', 'tenants (slots 2, 3, 4, 5, 2, ...)', int('--tenants'), 10)
+  .option('--workers <n>', 'worker processes', int('--workers'), 4)
+  .option('--concurrency <n>', 'handlers per worker', int('--concurrency'), 8)
+  .option('--kill-every-ms <ms>', 'a random worker is SIGKILLed about this often', int('--kill-every-ms'), 2000)
+  .option('--quick', 'the short run of npm test (2 000 jobs, 3 workers); with --pressure, 20 s phases')
+  .option('--pressure', 'the pressure phases instead: pinned horizon, REPEATABLE READ scans, overload, terminate storm')
+  .option('--phase-s <s>', 'with --pressure: seconds per phase', int('--phase-s'), 60)
+  .option('--pinned-s <s>', 'with --pressure: seconds the horizon stays pinned', int('--pinned-s'), 180)
+  .action(async (opts: Options) => {
+    if (opts.pressure) {
+      const p: PressureOptions = {
+        workers: 2,
+        concurrency: opts.concurrency,
+        phaseMs: (opts.quick ? 20 : opts.phaseS) * 1000,
+        pinnedMs: (opts.quick ? 30 : opts.pinnedS) * 1000,
+        recoveryMaxMs: 120_000,
+        calibrationMs: opts.quick ? 10_000 : 20_000,
+        dir: '.tusk/pressure-pg',
+        schema: 'pressure',
+        progress: status,
+      };
+      const report = await runPressure(p);
+      status('');
+      console.log(renderPressure(report, p));
+      if (!report.ok) process.exitCode = 1;
+      return;
+    }
+    const options: ChaosOptions = opts.quick
+      ? { ...QUICK, progress: status }
+      : {
+          jobs: opts.jobs,
+          tenants: opts.tenants,
+          workers: opts.workers,
+          concurrency: opts.concurrency,
+          jobMs: [20, 80],
+          killEveryMs: opts.killEveryMs,
+          leaseMs: 3000,
+          stopMs: 6000,
+          timeoutMs: 1_800_000,
+          dir: '.tusk/chaos-pg',
+          schema: 'chaos',
+          progress: status,
+        };
+    const report = await runChaos(options);
+    status('');
+    console.log(renderReport(report, options));
+    if (!report.ok) process.exitCode = 1;
+  });
+
+await program.parseAsync();

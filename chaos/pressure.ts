@@ -1,0 +1,472 @@
+// The pressure run: a steady producer near 70 % of capacity, and phases of the classic
+// PostgreSQL-queue killers — an idle transaction pinning the xmin horizon, REPEATABLE READ
+// analytics, 1.5× overload, a pg_terminate_backend storm with 300 idle connections — each
+// followed by a recovery window. Per phase: completion rate, enqueue→start p50/p99, dead
+// tuples, backlog, what Tusk's connections waited on.
+import pg from 'pg';
+import { renderTable } from '../src/cli/table.js';
+import { startEmbedded } from '../src/db/embedded.js';
+import { dropSchema } from '../src/migrate/migrate.js';
+import { Tusk } from '../src/tusk.js';
+import { Fleet, namedUrl } from './fleet.js';
+
+export interface PressureOptions {
+  workers: number;
+  concurrency: number;
+  /** Length of the clean, analytics, overload and storm phases. */
+  phaseMs: number;
+  /** How long the idle transaction pins the horizon. */
+  pinnedMs: number;
+  /** Longest wait for the figures to come back after a stress. */
+  recoveryMaxMs: number;
+  /** How long capacity is measured (a producer enqueueing flat out). */
+  calibrationMs: number;
+  dir: string;
+  schema: string;
+  progress?: (line: string) => void;
+}
+
+/** Latency histogram bounds (ms), as in pressure-tasks.mjs. */
+const BOUNDS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 30_000, 60_000, Number.POSITIVE_INFINITY];
+const TENANTS = 4;
+
+interface Second {
+  started: number;
+  counts: number[];
+}
+
+interface Window {
+  from: number;
+  to: number;
+}
+
+export interface PhaseResult {
+  phase: string;
+  seconds: number;
+  producedPerSec: number;
+  startedPerSec: number;
+  p50: number;
+  p99: number;
+  deadJobsMax: number;
+  deadHistoryMax: number;
+  backlogMax: number;
+  waits: string;
+  recoveredMs: number | null;
+}
+
+export interface PressureReport {
+  ok: boolean;
+  failures: string[];
+  capacity: number;
+  rate: number;
+  phases: PhaseResult[];
+}
+
+export async function runPressure(o: PressureOptions): Promise<PressureReport> {
+  const say = o.progress ?? (() => {});
+  // a server of its own, started with room for the 300 idle connections
+  let server = await startEmbedded({ dir: o.dir, settings: { max_connections: '500' } });
+  if (!server.started) {
+    await server.stop();
+    server = await startEmbedded({ dir: o.dir, settings: { max_connections: '500' } });
+  }
+  const url = server.connectionString;
+  const observer = new pg.Pool({ connectionString: url, max: 2, application_name: 'pressure-observer' });
+  observer.on('error', () => {});
+  const q = (sql: string, values?: unknown[]) => observer.query(sql.replaceAll('$schema', `"${o.schema}"`), values);
+  const seconds = new Map<number, Second>();
+  const fleet = new Fleet({
+    url,
+    schema: o.schema,
+    concurrency: o.concurrency,
+    leaseMs: 30_000,
+    tasks: new URL('./pressure-tasks.mjs', import.meta.url).pathname,
+    name: 'pressure-w',
+    onLine: (line) => {
+      let r: { at: number; started: number; counts: number[] };
+      try {
+        r = JSON.parse(line);
+      } catch {
+        return;
+      }
+      const key = Math.floor(r.at / 1000);
+      const s = seconds.get(key) ?? { started: 0, counts: new Array(BOUNDS.length).fill(0) };
+      s.started += r.started;
+      r.counts.forEach((c, i) => {
+        s.counts[i] = (s.counts[i] ?? 0) + c;
+      });
+      seconds.set(key, s);
+    },
+  });
+  const producer = new Tusk({
+    connectionString: namedUrl(url, 'pressure-producer'),
+    schema: o.schema,
+    logger: false,
+    maxConnections: 4,
+  });
+  const samples: Array<{ at: number; deadJobs: number; deadHistory: number; backlog: number; waits: string[] }> = [];
+  const produced = new Map<number, number>();
+  const failures: string[] = [];
+  const phases: PhaseResult[] = [];
+  let stopSampling = () => {};
+  try {
+    say('pressure · setting up');
+    await dropSchema(observer, o.schema);
+    await producer.migrate();
+    for (let slot = 0; slot < o.workers; slot++) fleet.start(slot);
+    stopSampling = sample(q, o.schema, samples);
+    await sleep(2000);
+
+    // capacity: the workers' rate with a backlog kept at ~50 000 jobs by a producer
+    // (enqueueing takes its share of the machine too); then the backlog drains
+    say('pressure · measuring capacity');
+    const waiting = async () =>
+      Number((await q("SELECT count(*) AS n FROM $schema.jobs WHERE state = 'available'")).rows[0]?.n);
+    const calibrationStart = Date.now();
+    let from = 0;
+    while (Date.now() - calibrationStart < o.calibrationMs + 3000) {
+      if (from === 0 && Date.now() - calibrationStart > 3000) from = Date.now(); // after a warm-up
+      if ((await waiting()) < 50_000) {
+        const t = Date.now();
+        await producer.enqueueMany(
+          Array.from({ length: 5000 }, (_, k) => ({ task: 'work', tenant: `t${k % TENANTS}`, payload: { t } })),
+        );
+      } else {
+        await sleep(20);
+      }
+    }
+    const capacity = summarize('', { from, to: Date.now() }, seconds, produced, samples, null).startedPerSec;
+    while ((await waiting()) > 0) await sleep(200);
+    await sleep(2000);
+    let rate = Math.round(capacity * 0.7);
+    const load = new Producer(producer, produced, rate);
+    load.start();
+
+    const measure = (phase: string, w: Window, recoveredMs: number | null = null): PhaseResult => {
+      const r = summarize(phase, w, seconds, produced, samples, recoveredMs);
+      phases.push(r);
+      say(`pressure · ${phase}: ${Math.round(r.startedPerSec)} jobs/s, p99 ≤ ${r.p99} ms`);
+      return r;
+    };
+    const run = async (ms: number) => {
+      const from = Date.now();
+      while (Date.now() - from < ms) {
+        await sleep(500);
+        say(`pressure · ${Math.round((Date.now() - from) / 1000)} / ${Math.round(ms / 1000)} s`);
+      }
+      return { from, to: Date.now() };
+    };
+
+    // clean, at 70 % of capacity (lowered if the workers do not keep up)
+    let clean = measure('clean', await run(o.phaseMs));
+    for (let i = 0; i < 2 && clean.startedPerSec < 0.95 * clean.producedPerSec; i++) {
+      phases.pop();
+      rate = Math.round(rate * 0.8);
+      load.rate = rate;
+      await run(10_000); // let the backlog go
+      clean = measure('clean', await run(o.phaseMs));
+    }
+    const recovered = (w: Window) => {
+      const r = summarize('', w, seconds, produced, samples, null);
+      return (
+        r.startedPerSec >= 0.95 * r.producedPerSec &&
+        r.p99 <= Math.max(2 * clean.p99, 100) &&
+        r.backlogMax <= Math.max(2 * clean.backlogMax, rate)
+      );
+    };
+    const recover = async (phase: string) => {
+      const from = Date.now();
+      while (Date.now() - from < o.recoveryMaxMs) {
+        const w = await run(5000);
+        if (recovered(w)) return measure(`${phase}: recovery`, { from, to: w.to }, w.to - from);
+      }
+      const r = measure(`${phase}: recovery`, { from, to: Date.now() }, null);
+      failures.push(`${phase}: not back to the clean figures within ${o.recoveryMaxMs / 1000} s`);
+      return r;
+    };
+
+    // 1. an idle transaction holding an XID pins the xmin horizon
+    {
+      const pin = new pg.Client({ connectionString: url, application_name: 'pressure-pin' });
+      await pin.connect();
+      await pin.query('BEGIN');
+      await pin.query('SELECT txid_current()');
+      const r = measure('idle in transaction (xmin pinned)', await run(o.pinnedMs));
+      await pin.query('COMMIT');
+      await pin.end();
+      if (r.startedPerSec < 0.5 * clean.startedPerSec) {
+        failures.push(`pinned horizon: ${Math.round(r.startedPerSec)} jobs/s < 50 % of clean`);
+      }
+      if (r.p99 >= 1000) failures.push(`pinned horizon: p99 ≤ ${r.p99} ms, not under 1 s`);
+      await recover('idle in transaction');
+    }
+
+    // 2. four REPEATABLE READ sessions scanning Tusk's tables over and over
+    {
+      let scanning = true;
+      const scans = Array.from({ length: 4 }, async () => {
+        const c = new pg.Client({ connectionString: url, application_name: 'pressure-analytics' });
+        await c.connect();
+        try {
+          while (scanning) {
+            await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+            await c.query(`SELECT tenant, state, count(*) FROM "${o.schema}".jobs GROUP BY 1, 2`);
+            await c.query(
+              `SELECT tenant, state, count(*), avg(wait_ms), max(run_ms) FROM "${o.schema}".job_history
+               WHERE finished_at > now() - interval '10 minutes' GROUP BY 1, 2`,
+            );
+            await c.query('SELECT pg_sleep(1)');
+            await c.query('COMMIT');
+          }
+        } finally {
+          await c.end();
+        }
+      });
+      const r = measure('4 REPEATABLE READ scanners', await run(o.phaseMs));
+      scanning = false;
+      await Promise.all(scans);
+      void r;
+      await recover('REPEATABLE READ scanners');
+    }
+
+    // 3. 1.5× overload, then back to the steady rate: the backlog must drain
+    {
+      load.rate = Math.round(rate * 1.5);
+      measure('1.5× overload', await run(o.phaseMs));
+      load.rate = rate;
+      await recover('1.5× overload');
+    }
+
+    // 4. pg_terminate_backend against the workers' connections, 300 idle connections held
+    {
+      const idle: pg.Client[] = [];
+      for (let i = 0; i < 300; i++) {
+        const c = new pg.Client({ connectionString: url, application_name: 'pressure-idle' });
+        c.on('error', () => {});
+        await c.connect();
+        idle.push(c);
+      }
+      let storming = true;
+      let terminated = 0;
+      const storm = (async () => {
+        while (storming) {
+          const { rows } = await q(
+            `SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
+             WHERE application_name LIKE 'pressure-w%' ORDER BY random() LIMIT 1`,
+          ).catch(() => ({ rows: [] }));
+          terminated += rows.length;
+          await sleep(250);
+        }
+      })();
+      const r = measure(`terminate storm + 300 idle connections`, await run(o.phaseMs));
+      storming = false;
+      await storm;
+      r.phase += ` (${terminated} terminated)`;
+      await Promise.all(idle.map((c) => c.end().catch(() => {})));
+      await recover('terminate storm');
+    }
+
+    await load.stop();
+    const gaveUp = fleet.unexpectedExits();
+    if (gaveUp.length > 0) failures.push(`${gaveUp.length} worker(s) exited on their own`);
+    return { ok: failures.length === 0, failures, capacity, rate, phases };
+  } finally {
+    stopSampling();
+    await fleet.stopAll(10_000).catch(() => {});
+    await producer.close().catch(() => {});
+    await dropSchema(observer, o.schema).catch(() => {});
+    await observer.end().catch(() => {});
+    await server.stop().catch(() => {});
+  }
+}
+
+/** Enqueues at `rate` jobs/s, catching up when a statement was slow; one call in flight. */
+class Producer {
+  #rate: number;
+  #owed = 0;
+  readonly #tusk: Tusk;
+  readonly #produced: Map<number, number>;
+  #running = false;
+  #loop: Promise<void> | null = null;
+
+  constructor(tusk: Tusk, produced: Map<number, number>, rate: number) {
+    this.#tusk = tusk;
+    this.#produced = produced;
+    this.#rate = rate;
+  }
+
+  get rate(): number {
+    return this.#rate;
+  }
+
+  /** A new rate from now on: nothing owed at the old one is carried over. */
+  set rate(rate: number) {
+    this.#rate = rate;
+    this.#owed = 0;
+  }
+
+  start(): void {
+    this.#running = true;
+    this.#loop = (async () => {
+      let last = Date.now();
+      let n = 0;
+      while (this.#running) {
+        const now = Date.now();
+        // at most a second's worth owed: a slow spell is caught up, not piled up
+        this.#owed = Math.min(this.#owed + ((now - last) * this.#rate) / 1000, Math.max(this.#rate, 1));
+        last = now;
+        const count = Math.min(Math.floor(this.#owed), 5000);
+        if (count > 0) {
+          this.#owed -= count;
+          const t = Date.now();
+          try {
+            await this.#tusk.enqueueMany(
+              Array.from({ length: count }, () => ({ task: 'work', tenant: `t${n++ % TENANTS}`, payload: { t } })),
+            );
+            const key = Math.floor(t / 1000);
+            this.#produced.set(key, (this.#produced.get(key) ?? 0) + count);
+          } catch {
+            this.#owed += count; // an app would retry; so do we
+          }
+        }
+        await sleep(20);
+      }
+    })();
+  }
+
+  async stop(): Promise<void> {
+    this.#running = false;
+    await this.#loop;
+  }
+}
+
+
+/** Once a second: dead tuples, backlog, and what the workers' connections wait on. */
+function sample(
+  q: (sql: string, values?: unknown[]) => Promise<pg.QueryResult>,
+  schema: string,
+  into: Array<{ at: number; deadJobs: number; deadHistory: number; backlog: number; waits: string[] }>,
+): () => void {
+  let busy = false;
+  const timer = setInterval(async () => {
+    if (busy) return;
+    busy = true;
+    try {
+      const { rows } = await q(
+        `SELECT
+           coalesce(sum(n_dead_tup) FILTER (WHERE relname = 'jobs'), 0)::bigint AS dead_jobs,
+           coalesce(sum(n_dead_tup) FILTER (WHERE relname LIKE 'job_history%'), 0)::bigint AS dead_history,
+           coalesce(sum(n_live_tup) FILTER (WHERE relname = 'jobs'), 0)::bigint AS backlog
+         FROM pg_stat_user_tables WHERE schemaname = $1`,
+        [schema],
+      );
+      const waits = await q(
+        `SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') AS w FROM pg_stat_activity
+         WHERE application_name LIKE 'pressure-w%' AND state = 'active'`,
+      );
+      const r = rows[0] as { dead_jobs: string; dead_history: string; backlog: string };
+      into.push({
+        at: Date.now(),
+        deadJobs: Number(r.dead_jobs),
+        deadHistory: Number(r.dead_history),
+        backlog: Number(r.backlog),
+        waits: waits.rows.map((w: { w: string }) => w.w),
+      });
+    } catch {
+      // a terminated observer connection: the next sample reconnects
+    } finally {
+      busy = false;
+    }
+  }, 1000);
+  return () => clearInterval(timer);
+}
+
+function summarize(
+  phase: string,
+  w: Window,
+  seconds: Map<number, Second>,
+  produced: Map<number, number>,
+  samples: Array<{ at: number; deadJobs: number; deadHistory: number; backlog: number; waits: string[] }>,
+  recoveredMs: number | null,
+): PhaseResult {
+  // whole seconds inside the window
+  const from = Math.ceil(w.from / 1000);
+  const to = Math.floor(w.to / 1000);
+  const span = Math.max(1, to - from);
+  let started = 0;
+  let made = 0;
+  const counts = new Array(BOUNDS.length).fill(0);
+  for (let k = from; k < to; k++) {
+    const s = seconds.get(k);
+    if (s) {
+      started += s.started;
+      s.counts.forEach((c, i) => {
+        counts[i] += c;
+      });
+    }
+    made += produced.get(k) ?? 0;
+  }
+  const inWindow = samples.filter((s) => s.at >= w.from && s.at <= w.to);
+  const waits = new Map<string, number>();
+  for (const s of inWindow) for (const x of s.waits) waits.set(x, (waits.get(x) ?? 0) + 1);
+  const top = [...waits]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 3)
+    .map(([x, n]) => `${x} ${Math.round((100 * n) / Math.max(1, [...waits.values()].reduce((a, b) => a + b, 0)))}%`)
+    .join(', ');
+  return {
+    phase,
+    seconds: (w.to - w.from) / 1000,
+    producedPerSec: made / span,
+    startedPerSec: started / span,
+    p50: quantile(counts, 0.5),
+    p99: quantile(counts, 0.99),
+    deadJobsMax: Math.max(0, ...inWindow.map((s) => s.deadJobs)),
+    deadHistoryMax: Math.max(0, ...inWindow.map((s) => s.deadHistory)),
+    backlogMax: Math.max(0, ...inWindow.map((s) => s.backlog)),
+    waits: top,
+    recoveredMs,
+  };
+}
+
+/** The histogram bucket bound under which a fraction `p` of the starts fall. */
+function quantile(counts: number[], p: number): number {
+  const n = counts.reduce((a, b) => a + b, 0);
+  if (n === 0) return 0;
+  let seen = 0;
+  for (let i = 0; i < counts.length; i++) {
+    seen += counts[i] ?? 0;
+    if (seen >= p * n) return BOUNDS[i] ?? Number.POSITIVE_INFINITY;
+  }
+  return Number.POSITIVE_INFINITY;
+}
+
+export function renderPressure(r: PressureReport, o: PressureOptions): string {
+  return [
+    `Pressure: ${o.workers} worker processes × ${o.concurrency} (defaults otherwise), no-op jobs over ${TENANTS} tenants; ` +
+      `capacity ${Math.round(r.capacity)} jobs/s, steady producer at ${r.rate} jobs/s (70 %)`,
+    '',
+    renderTable(
+      ['phase', 's', 'enqueued/s', 'started/s', 'p50 ≤ ms', 'p99 ≤ ms', 'dead jobs', 'dead history', 'jobs rows', 'recovered', 'waits (workers)'],
+      r.phases.map((p) => [
+        p.phase,
+        Math.round(p.seconds),
+        Math.round(p.producedPerSec),
+        Math.round(p.startedPerSec),
+        p.p50,
+        p.p99,
+        p.deadJobsMax,
+        p.deadHistoryMax,
+        p.backlogMax,
+        p.phase.endsWith('recovery') ? (p.recoveredMs === null ? 'NO' : `${Math.round(p.recoveredMs / 1000)} s`) : '',
+        p.waits,
+      ]),
+    ),
+    '',
+    'Latency: enqueue call to handler start, as histogram bounds. Dead tuples and rows: pg_stat_user_tables, max in the phase. ' +
+      'Recovered: time until a 5 s window is back to the clean figures (rate ≥ 95 % of the producer, p99 ≤ 2× clean, rows ≤ 2× clean).',
+    r.ok ? 'goals hold' : `FAILED:\n  ${r.failures.join('\n  ')}`,
+  ].join('\n');
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -1,0 +1,27 @@
+// Task handlers of the chaos run's worker processes (`tusk worker --require chaos/tasks.mjs`).
+// Each execution is recorded, and committed, before the job completes: the run then knows
+// every time a job's handler ran, whatever happened to the process afterwards.
+import pg from 'pg';
+
+const pool = new pg.Pool({
+  connectionString: process.env.CHAOS_RECORD_URL ?? process.env.DATABASE_URL,
+  max: 4,
+  application_name: 'chaos-handler',
+});
+// a connection dropped under us (server restart) must not crash the process
+pool.on('error', () => {});
+const table = `"${process.env.TUSK_SCHEMA}".chaos_executions`;
+
+export const tasks = {
+  async work(payload, ctx) {
+    await pool.query(`INSERT INTO ${table} (job_id, attempt, pid) VALUES ($1, $2, $3)`, [
+      ctx.job.id,
+      ctx.job.attempt,
+      process.pid,
+    ]);
+    await new Promise((resolve) => setTimeout(resolve, payload.ms));
+    return { pid: process.pid };
+  },
+};
+
+export const shutdown = () => pool.end();

@@ -1,0 +1,30 @@
+// Calls to the server's API, with the token kept in this browser.
+
+const KEY = 'tusk.token';
+
+export const token = {
+  get: () => localStorage.getItem(KEY),
+  set: (value) => localStorage.setItem(KEY, value),
+  clear: () => localStorage.removeItem(KEY),
+};
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    super(body?.error?.message ?? `HTTP ${status}`);
+    this.status = status;
+    this.code = body?.error?.code;
+  }
+}
+
+/** `api('api/jobs?state=dead')`, `api('api/jobs/4/retry', { method: 'POST' })`. Paths are relative to the page. */
+export async function api(path, { method = 'GET', body } = {}) {
+  const headers = { accept: 'application/json' };
+  const t = token.get();
+  if (t) headers.authorization = `Bearer ${t}`;
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const type = response.headers.get('content-type') ?? '';
+  const data = type.includes('json') ? await response.json() : await response.text();
+  if (!response.ok) throw new ApiError(response.status, data);
+  return data;
+}

@@ -1,0 +1,157 @@
+import { ApiError, api, token } from './api.js';
+import { h } from './dom.js';
+import { job } from './job.js';
+import { jobs } from './jobs.js';
+import { overview } from './overview.js';
+import { tenants } from './tenants.js';
+import { workers } from './workers.js';
+
+// Live updates by polling: every 2 s (`?refresh=500` in the page's address to change it),
+// paused while the tab is hidden.
+const REFRESH_MS = Math.max(200, Number(new URLSearchParams(location.search).get('refresh')) || 2000);
+
+const SECTIONS = [
+  ['', 'Overview', overview, 'admin'],
+  ['jobs', 'Jobs', jobs, 'any'],
+  ['tenants', 'Tenants', tenants, 'admin'],
+  ['workers', 'Workers', workers, 'admin'],
+];
+
+const main = document.getElementById('main');
+const nav = document.getElementById('nav');
+const live = document.getElementById('live');
+const liveText = document.getElementById('live-text');
+const toastEl = document.getElementById('toast');
+let who = null;
+let current = null;
+let busy = false;
+let toastTimer = 0;
+
+function toast(message, error = false) {
+  toastEl.textContent = message;
+  toastEl.className = `toast${error ? ' error' : ''}`;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => toastEl.classList.add('hidden'), 3500);
+}
+
+function setLive(ok, text) {
+  live.className = `live ${ok ? 'ok' : 'error'}`;
+  liveText.textContent = text;
+}
+
+function fail(error) {
+  if (error instanceof ApiError && error.status === 401) {
+    signIn(token.get() ? 'That token is unknown or revoked.' : '');
+    return;
+  }
+  setLive(false, 'not updating');
+  toast(error.message, true);
+}
+
+function signIn(message) {
+  token.clear();
+  current = null;
+  who = null;
+  nav.replaceChildren();
+  document.getElementById('who').textContent = '';
+  document.getElementById('signout').classList.add('hidden');
+  const input = h('input', {
+    type: 'password',
+    placeholder: 'tusk_…',
+    autocomplete: 'off',
+    'aria-label': 'token',
+    required: true,
+  });
+  main.replaceChildren(
+    h(
+      'section',
+      { class: 'panel signin' },
+      h('h1', null, 'Sign in'),
+      h(
+        'p',
+        null,
+        'This server asks for an API token. Create one with ',
+        h('code', null, 'tusk tokens create'),
+        ', or use TUSK_ADMIN_TOKEN.',
+      ),
+      h(
+        'form',
+        {
+          onsubmit: (event) => {
+            event.preventDefault();
+            token.set(input.value.trim());
+            start();
+          },
+        },
+        input,
+        h('button', { class: 'primary', type: 'submit' }, 'Sign in'),
+      ),
+      message ? h('div', { class: 'error-text' }, message) : null,
+    ),
+  );
+  input.focus();
+}
+
+/** The view for the address after `#`: `/jobs/42`, `/jobs?state=dead`, `/tenants`... */
+function show() {
+  if (!who) return;
+  const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
+  const params = new URLSearchParams(query);
+  const parts = path.split('/').filter(Boolean);
+  const allowed = SECTIONS.filter(([, , , access]) => access === 'any' || who.role === 'admin');
+  const section = allowed.find(([name]) => name === (parts[0] ?? '')) ?? allowed[0];
+  const context = { params, who, toast, navigate: (hash) => (location.hash = hash) };
+  const view = section[0] === 'jobs' && parts[1] ? job({ ...context, id: parts[1] }) : section[2](context);
+  for (const a of nav.children) a.classList.toggle('active', a.dataset.section === section[0]);
+  current = view;
+  main.replaceChildren(view.el);
+  tick();
+}
+
+async function tick() {
+  if (!current || busy) return;
+  busy = true;
+  const view = current;
+  try {
+    await view.refresh();
+    if (view === current) setLive(true, `live · ${new Date().toLocaleTimeString()}`);
+  } catch (error) {
+    fail(error);
+  } finally {
+    busy = false;
+  }
+}
+
+async function start() {
+  try {
+    who = await api('api/whoami');
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401)
+      signIn(token.get() ? 'That token is unknown or revoked.' : '');
+    else main.replaceChildren(h('section', { class: 'panel' }, `Cannot reach the server: ${error.message}`));
+    return;
+  }
+  document.getElementById('who').textContent = !who.auth
+    ? 'no auth (loopback)'
+    : who.role === 'admin'
+      ? 'admin'
+      : `tenant ${who.tenant}`;
+  document.getElementById('signout').classList.toggle('hidden', !who.auth);
+  nav.replaceChildren(
+    ...SECTIONS.filter(([, , , access]) => access === 'any' || who.role === 'admin').map(([name, label]) =>
+      h('a', { href: `#/${name}`, dataset: { section: name } }, label),
+    ),
+  );
+  show();
+}
+
+document.getElementById('signout').addEventListener('click', () => signIn(''));
+window.addEventListener('hashchange', show);
+document.addEventListener('visibilitychange', () => !document.hidden && tick());
+setInterval(() => !document.hidden && tick(), REFRESH_MS);
+// async actions in views (retry, save...) report their errors here
+window.addEventListener('unhandledrejection', (event) => {
+  event.preventDefault();
+  fail(event.reason);
+});
+start();

@@ -1,0 +1,184 @@
+import { api } from './api.js';
+import { timeChart } from './charts.js';
+import { badge, duration, h, int, panel, route, STATES, table } from './dom.js';
+
+const CARDS = [
+  ['available', 'Waiting', 'can run now'],
+  ['running', 'Running', 'claimed by workers'],
+  ['scheduled', 'Scheduled', 'delayed'],
+  ['failed', 'Retrying', 'waiting to retry'],
+  ['succeeded', 'Succeeded', 'last hour'],
+  ['dead', 'Dead', 'last hour'],
+];
+
+function card(state, label, hint, value) {
+  return h(
+    'a',
+    { class: `card s-${state}`, href: route('jobs', { state }), dataset: { count: state } },
+    h('div', { class: 'label' }, label),
+    h('div', { class: 'value' }, int(value)),
+    h('div', { class: 'hint' }, hint),
+  );
+}
+
+/** Counts by state for one queue or tenant, each a link to those jobs. */
+function countCells(group, filter) {
+  return STATES.map((state) => {
+    const n = group.counts[state];
+    return n === 0 ? 0 : h('a', { class: 'count-link', href: route('jobs', { ...filter, state }) }, int(n));
+  });
+}
+
+// a function: a node can sit in one table only
+const stateColumns = () => STATES.map((s) => ({ label: badge(s), num: true }));
+
+/** Overview: counts now, activity over the last hour, per queue and per tenant. */
+// chart ranges: [label, minutes, bucket seconds]
+const RANGES = [
+  ['15 min', 15, 15],
+  ['1 hour', 60, 60],
+  ['6 hours', 360, 300],
+];
+
+export function overview() {
+  let range = RANGES.find(([label]) => label === localStorage.getItem('tusk.range')) ?? RANGES[1];
+  const cards = h('div', { class: 'cards' });
+  const rangeButtons = RANGES.map((r) =>
+    h(
+      'button',
+      {
+        type: 'button',
+        class: 'small',
+        onclick: () => {
+          range = r;
+          localStorage.setItem('tusk.range', r[0]);
+          seriesAt = 0;
+          refresh();
+        },
+      },
+      r[0],
+    ),
+  );
+  const throughputEl = h('div', { class: 'chart', 'aria-label': 'Jobs per minute' });
+  const waitEl = h('div', { class: 'chart', 'aria-label': 'Wait time' });
+  const queues = h('div');
+  const tenants = h('div');
+  const el = h(
+    'div',
+    null,
+    h(
+      'div',
+      { class: 'page-head' },
+      h('h1', null, 'Overview'),
+      h('span', { class: 'sub' }, 'counts of finished jobs are over the last hour'),
+      h('div', { class: 'actions segmented' }, rangeButtons),
+    ),
+    cards,
+    h(
+      'div',
+      { class: 'grid two' },
+      panel('Jobs per minute', throughputEl),
+      panel('Wait time before start (p50 / p95)', waitEl),
+    ),
+    h(
+      'div',
+      { class: 'stack gap-top' },
+      h('section', { class: 'panel flush' }, h('h2', null, 'Queues'), queues),
+      h('section', { class: 'panel flush' }, h('h2', null, 'Tenants'), tenants),
+    ),
+  );
+
+  let throughput = null;
+  let wait = null;
+  let seriesAt = 0;
+
+  async function refreshSeries() {
+    const [, minutes, bucketSeconds] = range;
+    for (const b of rangeButtons) b.classList.toggle('active', b.textContent === range[0]);
+    const { buckets } = await api(`api/timeseries?minutes=${minutes}&bucketSeconds=${bucketSeconds}`);
+    const perMinute = (n) => (n * 60) / bucketSeconds;
+    throughput ??= timeChart(throughputEl, {
+      series: [
+        { label: 'enqueued', color: '--s-available' },
+        { label: 'succeeded', color: '--s-succeeded', fill: true },
+        { label: 'dead', color: '--s-dead' },
+      ],
+      format: (v) => (v >= 10 || v === 0 ? int(Math.round(v)) : v.toFixed(1)),
+    });
+    wait ??= timeChart(waitEl, {
+      series: [
+        { label: 'p50', color: '--s-running', spanGaps: true },
+        { label: 'p95', color: '--s-failed', spanGaps: true },
+      ],
+      format: duration,
+    });
+    const times = buckets.map((b) => new Date(b.t).getTime());
+    throughput(
+      times,
+      buckets.map((b) => perMinute(b.enqueued)),
+      buckets.map((b) => perMinute(b.succeeded)),
+      buckets.map((b) => perMinute(b.dead)),
+    );
+    wait(
+      times,
+      buckets.map((b) => b.waitP50),
+      buckets.map((b) => b.waitP95),
+    );
+  }
+
+  async function refresh() {
+    const [stats, { workers }] = await Promise.all([api('api/stats'), api('api/workers')]);
+    const alive = workers.filter((w) => w.alive).length;
+    cards.replaceChildren(
+      ...CARDS.map(([state, label, hint]) => card(state, label, hint, stats.total.counts[state])),
+      h(
+        'div',
+        { class: 'card', dataset: { count: 'oldest' } },
+        h('div', { class: 'label' }, 'Oldest waiting'),
+        h('div', { class: 'value' }, duration(stats.total.oldestWaitingMs)),
+        h('div', { class: 'hint' }, 'age of the next job due'),
+      ),
+      h(
+        'a',
+        { class: 'card', href: route('workers'), dataset: { count: 'workers' } },
+        h('div', { class: 'label' }, 'Workers'),
+        h('div', { class: 'value' }, int(alive)),
+        h('div', { class: 'hint' }, `alive of ${workers.length} registered`),
+      ),
+    );
+    queues.replaceChildren(
+      table(
+        [{ label: 'Queue' }, ...stateColumns(), { label: 'Oldest wait', num: true }],
+        stats.queues.map((q) => [
+          h('a', { href: route('jobs', { queue: q.queue }) }, q.queue),
+          ...countCells(q, { queue: q.queue }),
+          duration(q.oldestWaitingMs),
+        ]),
+        'No jobs yet.',
+      ),
+    );
+    tenants.replaceChildren(
+      table(
+        [{ label: 'Tenant' }, { label: 'Slots', num: true }, ...stateColumns(), { label: 'Oldest wait', num: true }],
+        stats.tenants.map((t) => [
+          h(
+            'a',
+            { href: route('jobs', { tenant: t.tenant }) },
+            t.tenant,
+            t.paused ? h('span', { class: 'muted' }, ' · paused') : null,
+          ),
+          t.slots === null ? '∞' : int(t.slots),
+          ...countCells(t, { tenant: t.tenant }),
+          duration(t.oldestWaitingMs),
+        ]),
+        'No tenants yet.',
+      ),
+    );
+    if (Date.now() - seriesAt > 5_000) {
+      seriesAt = Date.now();
+      await refreshSeries();
+    }
+  }
+
+  return { el, refresh };
+}

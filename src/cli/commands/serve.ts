@@ -1,0 +1,68 @@
+import type { Command } from 'commander';
+import type { PoolClient } from 'pg';
+import { checkSchema } from '../../migrate/migrate.js';
+import { intOption, tuskFor } from '../context.js';
+
+interface Options {
+  port: number;
+  host: string;
+  dashboard: boolean;
+  metricsLagMs?: number;
+}
+
+export function serveCommand(program: Command): void {
+  program
+    .command('serve')
+    .description(
+      'HTTP API, dashboard and /metrics. Asks a token when TUSK_ADMIN_TOKEN is set or tokens exist (tusk tokens create); without one it listens on loopback only',
+    )
+    .option('-p, --port <port>', 'port (0: any free one)', intOption('--port'), 8080)
+    .option('--host <host>', 'address to listen on (anything but loopback needs a token)', '127.0.0.1')
+    .option('--no-dashboard', 'serve the API and metrics only')
+    .option(
+      '--metrics-lag-ms <ms>',
+      'metrics count events up to this long ago, so that their transactions have committed (default 5000)',
+      intOption('--metrics-lag-ms'),
+    )
+    .action(async (options: Options, command: Command) => {
+      const tusk = tuskFor(command);
+      let close = async () => {};
+      let held: PoolClient | undefined;
+      try {
+        const pool = await tusk.pool();
+        await checkSchema(pool, tusk.schema);
+        // A shared embedded server is stopped by the last process to leave it, counted by
+        // open connections: one held open while serving keeps an idle server counted.
+        held = await pool.connect();
+        const connection = held;
+        const server = await tusk.server({
+          dashboard: options.dashboard,
+          ...(options.metricsLagMs === undefined ? {} : { metrics: { lagMs: options.metricsLagMs } }),
+        });
+        const listening = await server.listen({ port: options.port, host: options.host });
+        close = async () => {
+          await listening.close();
+          connection.release();
+        };
+        console.log(`tusk: serving on ${listening.url}`);
+      } catch (error) {
+        held?.release();
+        await tusk.close();
+        throw error;
+      }
+      await new Promise<void>((done) => {
+        const stop = (signal: string) => {
+          console.error(`tusk: ${signal}: stopping the server`);
+          close()
+            .then(() => tusk.close())
+            .catch((error) => {
+              console.error(error);
+              process.exitCode = 1;
+            })
+            .finally(done);
+        };
+        process.once('SIGINT', () => stop('SIGINT'));
+        process.once('SIGTERM', () => stop('SIGTERM'));
+      });
+    });
+}

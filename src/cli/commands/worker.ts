@@ -1,0 +1,109 @@
+import { createRequire } from 'node:module';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { type Command, InvalidArgumentError } from 'commander';
+import { TuskError } from '../../errors.js';
+import type { Tusk } from '../../tusk.js';
+import type { Tasks, WorkerOptions } from '../../worker/options.js';
+import { intOption, runUntilSignal, startPatiently, tuskFor } from '../context.js';
+import { syncCrontabFile } from './schedules.js';
+
+interface Options {
+  require: string;
+  concurrency?: number;
+  queue: Array<string | [string, number]>;
+  prefetch?: number;
+  leaseMs?: number;
+  shutdownTimeoutMs?: number;
+  name?: string;
+  crontab?: string;
+}
+
+/** `-q critical,8` → ['critical', 8]; `-q default` → 'default'. */
+export function parseQueue(value: string, previous: Options['queue']): Options['queue'] {
+  const [name, weight, extra] = value.split(',');
+  if (!name || extra !== undefined) throw new InvalidArgumentError('-q takes name or name,weight');
+  if (weight === undefined) return [...previous, name];
+  const w = Number(weight);
+  if (!(w > 0)) throw new InvalidArgumentError(`the weight of ${name} must be a positive number`);
+  return [...previous, [name, w]];
+}
+
+/** What a worker module exports. */
+interface WorkerModule {
+  /** Task name → handler or definition, or a list of tasks made by defineTask. */
+  tasks?: Tasks;
+  /** Optional: called with the Tusk instance before the worker starts, to register classes. */
+  setup?: (tusk: Tusk) => unknown;
+  /** Optional: called after the worker stopped, to close what the module opened. */
+  shutdown?: () => unknown;
+}
+
+/**
+ * Loads a worker module: `tasks` and/or `setup(tusk)` (and optional `shutdown`), named or
+ * on its default export.
+ */
+export async function loadWorkerModule(specifier: string): Promise<WorkerModule> {
+  const local = specifier.startsWith('.') || specifier.startsWith('/');
+  const path = local ? resolve(specifier) : createRequire(resolve('package.json')).resolve(specifier);
+  const mod = (await import(pathToFileURL(path).href)) as WorkerModule & { default?: WorkerModule };
+  const tasks = mod.tasks ?? mod.default?.tasks;
+  const setup = mod.setup ?? mod.default?.setup;
+  const shutdown = mod.shutdown ?? mod.default?.shutdown;
+  if ((!tasks || typeof tasks !== 'object') && typeof setup !== 'function') {
+    throw new TuskError(
+      `${specifier} must export \`tasks\` (an object of task name → handler, or a list of tasks made by defineTask) or \`setup(tusk)\` registering classes`,
+    );
+  }
+  return {
+    ...(tasks && typeof tasks === 'object' && { tasks }),
+    ...(typeof setup === 'function' && { setup }),
+    ...(typeof shutdown === 'function' && { shutdown }),
+  };
+}
+
+export function workerCommand(program: Command): void {
+  program
+    .command('worker')
+    .description('run jobs with the task handlers a module exports (stops gracefully on SIGINT/SIGTERM)')
+    .requiredOption(
+      '-r, --require <module>',
+      'module exporting `tasks` and/or `setup(tusk)` (and optionally `shutdown()`): path or package name',
+    )
+    .option('-c, --concurrency <n>', 'handlers running at once (default 10)', intOption('--concurrency', 1))
+    .option('-q, --queue <name[,weight]>', 'queue to serve, repeatable (default: all)', parseQueue, [])
+    .option('--prefetch <n>', "jobs claimed ahead (default 'auto')", intOption('--prefetch'))
+    .option('--lease-ms <ms>', 'lease of a claimed job (default 30000)', intOption('--lease-ms', 1))
+    .option('--shutdown-timeout-ms <ms>', 'grace period on stop (default 10000)', intOption('--shutdown-timeout-ms'))
+    .option('--name <name>', 'worker name shown in the workers table')
+    .option('--crontab <file>', 'set the schedules of this crontab file at start (see the README)')
+    .action(async (options: Options, command: Command) => {
+      const module = await loadWorkerModule(options.require);
+      const tusk = tuskFor(command);
+      await module.setup?.(tusk);
+      const workerOptions: WorkerOptions = module.tasks ? { tasks: module.tasks } : {};
+      if (options.concurrency !== undefined) workerOptions.concurrency = options.concurrency;
+      if (options.queue.length > 0) workerOptions.queues = options.queue;
+      if (options.prefetch !== undefined) workerOptions.prefetch = options.prefetch;
+      if (options.leaseMs !== undefined) workerOptions.leaseMs = options.leaseMs;
+      if (options.shutdownTimeoutMs !== undefined) workerOptions.shutdownTimeoutMs = options.shutdownTimeoutMs;
+      if (options.name !== undefined) workerOptions.name = options.name;
+      const close = async () => {
+        await tusk.close();
+        await module.shutdown?.();
+      };
+      try {
+        if (!(await startPatiently(() => tusk.worker(workerOptions), 'the worker'))) {
+          await close(); // a signal while the database was out of reach
+          process.exit();
+        }
+        if (options.crontab !== undefined) await syncCrontabFile(tusk, options.crontab);
+      } catch (error) {
+        await close();
+        throw error;
+      }
+      await runUntilSignal('the worker', close);
+      // the worker has stopped: whatever the task module left open must not keep us alive
+      process.exit();
+    });
+}

@@ -1,0 +1,107 @@
+import { type Command, InvalidArgumentError } from 'commander';
+import { isConnectionError } from '../errors.js';
+import { Tusk } from '../tusk.js';
+
+/** Options every command takes. */
+export interface GlobalOptions {
+  databaseUrl?: string;
+  schema?: string;
+}
+
+/** A Tusk for a CLI command: `--database-url`, else DATABASE_URL, else embedded. */
+export function tuskFor(command: Command): Tusk {
+  const options = command.optsWithGlobals<GlobalOptions>();
+  return new Tusk({
+    ...(options.databaseUrl ? { connectionString: options.databaseUrl } : {}),
+    ...(options.schema ? { schema: options.schema } : {}),
+  });
+}
+
+/** Parses an integer option, with the option's name in the error. */
+export function intOption(name: string, min = 0) {
+  return (value: string): number => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`${name} must be an integer >= ${min}`);
+    return n;
+  };
+}
+
+/**
+ * Waits for SIGINT or SIGTERM, then runs `stop` (a graceful stop of `what`); a second
+ * signal exits at once. Resolves when `stop` is done (its failure sets the exit code).
+ */
+export function runUntilSignal(what: string, stop: () => Promise<void>): Promise<void> {
+  return new Promise<void>((done) => {
+    let stopping = false;
+    const onSignal = (signal: string) => {
+      if (stopping) {
+        console.error(`tusk: ${signal} again, exiting now`);
+        process.exit(130);
+      }
+      stopping = true;
+      console.error(`tusk: ${signal}: stopping ${what} (again to force)`);
+      stop()
+        .catch((error) => {
+          console.error(error);
+          process.exitCode = 1;
+        })
+        .finally(done);
+    };
+    process.on('SIGINT', () => onSignal('SIGINT'));
+    process.on('SIGTERM', () => onSignal('SIGTERM'));
+  });
+}
+
+/**
+ * Starts what `make` builds, again and again (with backoff) while the database cannot be
+ * reached — a process started while the server restarts waits for it instead of exiting.
+ * Other errors (no schema, bad password) are thrown. Null if a signal came meanwhile.
+ */
+export async function startPatiently<T extends { start(): Promise<void> }>(
+  make: () => T,
+  what: string,
+): Promise<T | null> {
+  let signalled = false;
+  let wake = () => {};
+  const onSignal = () => {
+    signalled = true;
+    wake();
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    for (let delayMs = 500; ; delayMs = Math.min(delayMs * 2, 10_000)) {
+      const started = make();
+      try {
+        await started.start();
+        return started;
+      } catch (error) {
+        if (!isConnectionError(error)) throw error;
+        console.error(
+          `tusk: ${what} cannot reach the database (${(error as Error).message}); retrying in ${delayMs / 1000} s`,
+        );
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, delayMs);
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      if (signalled) return null;
+    }
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
+/** Runs a command's work with a Tusk, closed afterwards. */
+export async function withTusk<T>(command: Command, run: (tusk: Tusk) => Promise<T>): Promise<T> {
+  const tusk = tuskFor(command);
+  try {
+    return await run(tusk);
+  } finally {
+    await tusk.close();
+  }
+}

@@ -1,0 +1,97 @@
+import type { TaskDefinition } from '../tasks/definition.js';
+import type { JobSpec } from '../types.js';
+import { derivedDedupKey } from './dedup.js';
+import { toJson } from './json.js';
+
+/** Per-job options (see EnqueueOptions). */
+type Options = Omit<JobSpec, 'task' | 'payload'>;
+
+/**
+ * A job ready to be written: validated, its payload as JSON text, its task definition's
+ * defaults (tenant, queue, attempts) applied under the options given. Fields left undefined take
+ * the table's defaults.
+ */
+export interface JobRecord {
+  task: string;
+  payload: string;
+  tenant: string | undefined;
+  queue: string | undefined;
+  priority: number | undefined;
+  runAt: Date | undefined;
+  delayMs: number | undefined;
+  maxAttempts: number | undefined;
+  concurrencyKey: string | undefined;
+  expiresAt: Date | undefined;
+  retry: string | undefined;
+  dedupKey: string | undefined;
+  dedupWindowMs: number | undefined;
+  sourceType: string | undefined;
+  sourceId: string | undefined;
+  sourceMethod: string | undefined;
+}
+
+export function jobRecord(
+  task: string,
+  payload: unknown,
+  options: Options,
+  payloadField: string,
+  maxPayloadBytes: number,
+  definition?: TaskDefinition,
+): JobRecord {
+  const { retry, source } = options;
+  const sourceId = source === undefined ? undefined : String(source.id);
+  return {
+    task,
+    payload: toJson(payload, payloadField, maxPayloadBytes),
+    tenant: options.tenant ?? definition?.tenant,
+    queue: options.queue ?? definition?.queue,
+    priority: options.priority,
+    runAt: options.runAt,
+    delayMs: options.delayMs,
+    maxAttempts: options.maxAttempts ?? retry?.maxAttempts ?? definition?.retry?.maxAttempts,
+    concurrencyKey: options.concurrencyKey,
+    expiresAt: options.expiresAt,
+    retry:
+      retry && (retry.backoff !== undefined || retry.queue !== undefined)
+        ? JSON.stringify({ backoff: retry.backoff, queue: retry.queue })
+        : undefined,
+    dedupKey:
+      options.dedupKey ??
+      (options.dedupe ? derivedDedupKey(task, payload, source && [source.type, sourceId as string]) : undefined),
+    dedupWindowMs: options.dedupWindowMs,
+    sourceType: source?.type,
+    sourceId,
+    sourceMethod: source?.method,
+  };
+}
+
+/**
+ * A record as an element of the insert statement's JSON array. The payload JSON (already
+ * checked) is spliced in as text, so big payloads are not stringified twice.
+ */
+export function jsonEntry(r: JobRecord): string {
+  const rest = JSON.stringify({
+    task: r.task,
+    tenant: r.tenant,
+    queue: r.queue,
+    priority: r.priority,
+    run_at: r.runAt,
+    delay_ms: r.delayMs,
+    max_attempts: r.maxAttempts,
+    concurrency_key: r.concurrencyKey,
+    expires_at: r.expiresAt,
+    dedup_key: r.dedupKey,
+    dedup_window_ms: r.dedupWindowMs,
+    source_type: r.sourceType,
+    source_id: r.sourceId,
+    source_method: r.sourceMethod,
+  });
+  const retry = r.retry === undefined ? '' : `,"retry":${r.retry}`;
+  return `{"payload":${r.payload}${retry},${rest.slice(1)}`;
+}
+
+/** True when a job asks for deduplication (it then goes through enqueue_dedup). */
+export const hasDedup = (r: JobRecord): boolean => r.dedupKey !== undefined;
+
+/** True when a job's start time is relative to the server's clock (COPY cannot say so). */
+export const isDelayed = (r: JobRecord): boolean => r.delayMs !== undefined || r.runAt !== undefined;

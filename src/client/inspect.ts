@@ -1,0 +1,127 @@
+import type { Queryable } from '../db/queryable.js';
+import { type JobFilter, type JobSummaryRow, listJobs } from '../queries/listJobs.js';
+import { listWorkers } from '../queries/listWorkers.js';
+import { activityBuckets } from '../queries/timeseries.js';
+import type { JobState } from '../types.js';
+
+// Read-only views for the dashboard and the HTTP API: job lists, workers, activity.
+
+/** A job as a list shows it: no payload, result or stats. */
+export interface JobSummary {
+  id: string;
+  task: string;
+  tenant: string;
+  queue: string;
+  state: JobState;
+  priority: number;
+  attempts: number;
+  maxAttempts: number;
+  createdAt: Date;
+  runAt: Date;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+  waitMs: number | null;
+  runMs: number | null;
+  /** The last failed attempt's message. */
+  error: string | null;
+}
+
+/** A page of jobs, newest first; `nextCursor` continues it (null: last page). */
+export interface JobPage {
+  jobs: JobSummary[];
+  nextCursor: string | null;
+}
+
+export async function jobPage(db: Queryable, schema: string, filter: JobFilter): Promise<JobPage> {
+  // one row more than asked tells whether there is a next page
+  const rows = await listJobs(db, schema, { ...filter, limit: filter.limit + 1 });
+  const more = rows.length > filter.limit;
+  const jobs = rows.slice(0, filter.limit).map(toSummary);
+  return { jobs, nextCursor: more ? (jobs.at(-1)?.id ?? null) : null };
+}
+
+function toSummary(r: JobSummaryRow): JobSummary {
+  return {
+    id: r.id,
+    task: r.task,
+    tenant: r.tenant,
+    queue: r.queue,
+    state: r.state as JobState,
+    priority: r.priority,
+    attempts: r.attempts,
+    maxAttempts: r.max_attempts,
+    createdAt: r.created_at,
+    runAt: r.run_at,
+    startedAt: r.started_at,
+    finishedAt: r.finished_at,
+    waitMs: r.wait_ms,
+    runMs: r.run_ms,
+    error: r.error,
+  };
+}
+
+/** A registered worker. */
+export interface WorkerInfo {
+  id: number;
+  name: string;
+  host: string;
+  pid: number;
+  /** null: all queues. */
+  queues: string[] | null;
+  concurrency: number;
+  version: string;
+  startedAt: Date;
+  heartbeatAt: Date;
+  /** Its process and connection are up (its session lock is held). */
+  alive: boolean;
+  /** Jobs it holds: running, or claimed ahead into its buffer. */
+  jobs: number;
+}
+
+export async function workers(db: Queryable, schema: string): Promise<WorkerInfo[]> {
+  return (await listWorkers(db, schema)).map((w) => ({
+    id: w.id,
+    name: w.name,
+    host: w.host,
+    pid: w.pid,
+    queues: w.queues,
+    concurrency: w.concurrency,
+    version: w.version,
+    startedAt: w.started_at,
+    heartbeatAt: w.heartbeat_at,
+    alive: w.alive,
+    jobs: w.jobs,
+  }));
+}
+
+/** Jobs enqueued and finished per time bucket, with wait and run time percentiles (ms). */
+export interface ActivityBucket {
+  t: Date;
+  enqueued: number;
+  succeeded: number;
+  dead: number;
+  /** Cancelled or expired. */
+  other: number;
+  waitP50: number | null;
+  waitP95: number | null;
+  runP50: number | null;
+  runP95: number | null;
+}
+
+export async function activity(
+  db: Queryable,
+  schema: string,
+  args: { windowSeconds: number; bucketSeconds: number; tenant: string | null; queue: string | null },
+): Promise<ActivityBucket[]> {
+  return (await activityBuckets(db, schema, args)).map((b) => ({
+    t: b.t,
+    enqueued: b.enqueued,
+    succeeded: b.succeeded,
+    dead: b.dead,
+    other: b.other,
+    waitP50: b.wait_p50,
+    waitP95: b.wait_p95,
+    runP50: b.run_p50,
+    runP95: b.run_p95,
+  }));
+}

@@ -1,0 +1,172 @@
+import type { Queryable } from '../db/queryable.js';
+import { TuskNotFoundError, TuskValidationError } from '../errors.js';
+import {
+  deleteSchedule,
+  putSchedules,
+  type ScheduleInput,
+  type ScheduleRow,
+  selectCrontabNames,
+  selectSchedules,
+} from '../queries/schedules.js';
+import { cronOf, firstTickFrom } from '../schedules/cron.js';
+import type { CrontabEntry } from '../schedules/crontab.js';
+import { type ScheduleOptions, scheduleOptionsSchema } from '../schedules/options.js';
+import type { TaskDefinition } from '../tasks/definition.js';
+import { jobRecord } from './entries.js';
+import { nameSchema, parse } from './validate.js';
+
+/** A schedule as stored. */
+export interface ScheduleInfo {
+  name: string;
+  cron: string;
+  tz: string;
+  task: string;
+  payload: unknown;
+  tenant: string;
+  queue: string;
+  priority: number;
+  maxAttempts: number;
+  concurrencyKey: string | null;
+  backfill: number;
+  /** `'api'`, or `'crontab'` for schedules kept in sync with a crontab file. */
+  source: 'api' | 'crontab';
+  /** The next tick not enqueued yet (ticks are enqueued a little ahead); null if none is left. */
+  nextRunAt: Date | null;
+  /** The last tick enqueued, and its job. */
+  lastRunAt: Date | null;
+  lastJobId: string | null;
+}
+
+/** What the schedules need from their Tusk instance. */
+export interface SchedulesHost {
+  db(): Promise<Queryable>;
+  schema: string;
+  tasks: Map<string, TaskDefinition>;
+  maxPayloadBytes: number;
+}
+
+/**
+ * Recurring jobs: a cron expression (croner: 5 fields, or 6 with seconds first) and the
+ * job each tick enqueues. Workers enqueue the ticks, exactly one job per tick whatever
+ * their number.
+ *
+ * @example
+ * await tusk.schedules.set('nightly-report', '0 3 * * *', { task: 'report', tenant: 'acme', tz: 'Europe/Paris' });
+ * await tusk.schedules.list();
+ * await tusk.schedules.remove('nightly-report');
+ */
+export class Schedules {
+  readonly #host: SchedulesHost;
+
+  constructor(host: SchedulesHost) {
+    this.#host = host;
+  }
+
+  /**
+   * Creates or replaces a schedule. Re-setting an unchanged expression and time zone
+   * keeps its next tick (safe at every start-up); a new one starts at the next tick.
+   */
+  async set(name: string, cron: string, options: ScheduleOptions = {}): Promise<ScheduleInfo> {
+    const input = this.#input(name, cron, options, 'api', '');
+    await putSchedules(await this.#host.db(), this.#host.schema, [input]);
+    return this.get(input.name);
+  }
+
+  /** A schedule; throws TuskNotFoundError if there is none of that name. */
+  async get(name: string): Promise<ScheduleInfo> {
+    const key = parse(nameSchema(200), name, 'name');
+    const [row] = await selectSchedules(await this.#host.db(), this.#host.schema, key);
+    if (!row) throw new TuskNotFoundError(`unknown schedule ${JSON.stringify(key)}`);
+    return toScheduleInfo(row);
+  }
+
+  /** Every schedule, by name. */
+  async list(): Promise<ScheduleInfo[]> {
+    return (await selectSchedules(await this.#host.db(), this.#host.schema, null)).map(toScheduleInfo);
+  }
+
+  /** Removes a schedule (its ticks enqueued ahead and not started are cancelled). False if unknown. */
+  async remove(name: string): Promise<boolean> {
+    return deleteSchedule(await this.#host.db(), this.#host.schema, parse(nameSchema(200), name, 'name'));
+  }
+
+  /**
+   * Makes the schedules from a crontab file the ones in force: sets every entry, and
+   * removes the schedules an earlier file defined that this one does not. Schedules set
+   * through the API are left alone. Returns the names set and removed.
+   */
+  async syncCrontab(entries: CrontabEntry[]): Promise<{ set: string[]; removed: string[] }> {
+    const inputs = entries.map((e) => this.#input(e.name, e.cron, e.options, 'crontab', `schedule ${e.name}: `));
+    const db = await this.#host.db();
+    await putSchedules(db, this.#host.schema, inputs);
+    const keep = new Set(inputs.map((i) => i.name));
+    const removed: string[] = [];
+    for (const name of await selectCrontabNames(db, this.#host.schema)) {
+      if (!keep.has(name) && (await deleteSchedule(db, this.#host.schema, name))) removed.push(name);
+    }
+    return { set: [...keep], removed };
+  }
+
+  /** A schedule to write, validated; error fields start with `prefix` (which schedule of a file). */
+  #input(name: string, cron: string, options: ScheduleOptions, source: 'api' | 'crontab', prefix: string) {
+    const key = parse(nameSchema(200), name, `${prefix}name`);
+    const field = `${prefix}options`;
+    const o = parse(scheduleOptionsSchema, options, field) as ScheduleOptions;
+    const tz = o.tz ?? 'UTC';
+    if (typeof cron !== 'string') throw new TuskValidationError(`${prefix}cron`, 'must be a cron expression string');
+    let next: Date | null;
+    try {
+      next = firstTickFrom(cronOf(cron, tz), new Date());
+    } catch (error) {
+      // croner names the time zone in its message when that is what it could not read
+      const badZone = /timezone/i.test((error as Error).message);
+      throw new TuskValidationError(badZone ? `${field}.tz` : `${prefix}cron`, (error as Error).message);
+    }
+    const task = o.task ?? key;
+    const record = jobRecord(
+      task,
+      o.payload ?? null,
+      o,
+      `${field}.payload`,
+      this.#host.maxPayloadBytes,
+      this.#host.tasks.get(task),
+    );
+    const input: ScheduleInput = {
+      name: key,
+      cron: cron.trim(),
+      tz,
+      task,
+      payload: JSON.parse(record.payload),
+      tenant: record.tenant ?? 'default',
+      queue: record.queue ?? 'default',
+      priority: record.priority ?? 0,
+      max_attempts: record.maxAttempts ?? 5,
+      concurrency_key: record.concurrencyKey ?? '',
+      retry: record.retry === undefined ? null : JSON.parse(record.retry),
+      backfill: o.backfill ?? 0,
+      source,
+      next_run_at: next,
+    };
+    return input;
+  }
+}
+
+function toScheduleInfo(row: ScheduleRow): ScheduleInfo {
+  return {
+    name: row.name,
+    cron: row.cron,
+    tz: row.tz,
+    task: row.task,
+    payload: row.payload,
+    tenant: row.tenant,
+    queue: row.queue,
+    priority: row.priority,
+    maxAttempts: row.max_attempts,
+    concurrencyKey: row.concurrency_key === '' ? null : row.concurrency_key,
+    backfill: row.backfill,
+    source: row.source,
+    nextRunAt: row.next_run_at,
+    lastRunAt: row.last_run_at,
+    lastJobId: row.last_job_id,
+  };
+}

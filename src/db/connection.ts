@@ -1,0 +1,55 @@
+import pg from 'pg';
+import type { Logger } from '../log.js';
+import { type EmbeddedOptions, type EmbeddedServer, startEmbedded } from './embedded.js';
+
+/** How Tusk reaches PostgreSQL. With none of these, it starts an embedded server. */
+export interface ConnectionOptions {
+  /** `postgres://...`; default `DATABASE_URL`. */
+  connectionString?: string | undefined;
+  /** Your own pool; Tusk does not end it on close. */
+  pool?: pg.Pool | undefined;
+  /** Settings of the embedded server used when there is no URL and no pool. */
+  embedded?: EmbeddedOptions | undefined;
+  /** Size of the pool Tusk creates (default 10). */
+  maxConnections?: number | undefined;
+}
+
+/** An open connection pool and what it takes to close it. */
+export interface Database {
+  pool: pg.Pool;
+  /** Connection settings for dedicated clients (LISTEN); from the pool's own options. */
+  clientConfig: pg.ClientConfig;
+  embedded: EmbeddedServer | null;
+  close(): Promise<void>;
+}
+
+export async function openDatabase(options: ConnectionOptions, log: Logger): Promise<Database> {
+  if (options.pool) {
+    const pool = options.pool;
+    pool.on('error', (error) => log.warn({ err: error }, 'idle database connection failed'));
+    return { pool, clientConfig: pool.options, embedded: null, close: async () => {} };
+  }
+  let connectionString = options.connectionString ?? process.env.DATABASE_URL;
+  let embedded: EmbeddedServer | null = null;
+  if (!connectionString) {
+    embedded = await startEmbedded(options.embedded);
+    connectionString = embedded.connectionString;
+    log.info(
+      { dir: embedded.dir, port: embedded.port },
+      `no DATABASE_URL given: ${embedded.started ? 'started' : 'using the running'} embedded PostgreSQL in ${embedded.dir} on 127.0.0.1:${embedded.port}`,
+    );
+  }
+  const clientConfig: pg.ClientConfig = { connectionString, application_name: 'tusk' };
+  const pool = new pg.Pool({ ...clientConfig, max: options.maxConnections ?? 10 });
+  // An idle client can fail (server restart, pg_terminate_backend): log it, never crash.
+  pool.on('error', (error) => log.warn({ err: error }, 'idle database connection failed'));
+  return {
+    pool,
+    clientConfig,
+    embedded,
+    async close() {
+      await pool.end();
+      await embedded?.stop();
+    },
+  };
+}

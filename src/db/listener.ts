@@ -1,0 +1,111 @@
+import pg from 'pg';
+import type { Logger } from '../log.js';
+
+export interface ListenerOptions {
+  /** Who holds the connection, for log lines ("worker", "drainer"). */
+  label: string;
+  clientConfig: pg.ClientConfig;
+  channels: string[];
+  log: Logger;
+  onNotification(channel: string, payload: string): void;
+  /** Runs on every (re)connection, after LISTEN: e.g. register the worker and take its lock. */
+  onConnect?(client: pg.Client): Promise<void>;
+  /** Called when the connection is lost (before reconnecting). */
+  onDisconnect(): void;
+}
+
+/**
+ * A dedicated connection that LISTENs and holds a session lock (a worker's id, the
+ * drainer's). It reconnects by itself, with backoff, after a server restart or a
+ * terminated backend.
+ */
+export class Listener {
+  readonly #options: ListenerOptions;
+  #client: pg.Client | null = null;
+  #connected = false;
+  #stopped = false;
+  #retryMs = 100;
+  #timer: NodeJS.Timeout | null = null;
+
+  constructor(options: ListenerOptions) {
+    this.#options = options;
+  }
+
+  get connected(): boolean {
+    return this.#connected;
+  }
+
+  /** The live connection, or null while reconnecting. */
+  get client(): pg.Client | null {
+    return this.#connected ? this.#client : null;
+  }
+
+  /** Connects once; the first failure is thrown, later ones are retried. */
+  async start(): Promise<void> {
+    await this.#connect();
+  }
+
+  async #connect(): Promise<void> {
+    const client = new pg.Client({ ...this.#options.clientConfig, keepAlive: true });
+    this.#client = client;
+    client.on('error', (error) => this.#lost(client, error));
+    client.on('end', () => this.#lost(client, null));
+    client.on('notification', (n) => this.#options.onNotification(n.channel, n.payload ?? ''));
+    try {
+      await client.connect();
+      for (const channel of this.#options.channels) await client.query(`LISTEN "${channel.replaceAll('"', '""')}"`);
+      await this.#options.onConnect?.(client);
+    } catch (error) {
+      client.removeAllListeners('end');
+      await client.end().catch(() => {});
+      if (this.#client === client) this.#client = null;
+      throw error;
+    }
+    this.#connected = true;
+    this.#retryMs = 100;
+  }
+
+  #lost(client: pg.Client, error: Error | null): void {
+    if (this.#client !== client || this.#stopped) return;
+    this.#client = null;
+    const wasConnected = this.#connected;
+    this.#connected = false;
+    client.removeAllListeners('end');
+    client.end().catch(() => {});
+    if (wasConnected) {
+      this.#options.log.warn(
+        { err: error ?? undefined },
+        `${this.#options.label} lost its database connection; reconnecting`,
+      );
+      this.#options.onDisconnect();
+    }
+    this.#scheduleReconnect();
+  }
+
+  #scheduleReconnect(): void {
+    if (this.#stopped || this.#timer) return;
+    this.#timer = setTimeout(async () => {
+      this.#timer = null;
+      try {
+        await this.#connect();
+        this.#options.log.info({}, `${this.#options.label} reconnected to the database`);
+      } catch (error) {
+        this.#options.log.debug({ err: error }, 'reconnect failed');
+        this.#retryMs = Math.min(this.#retryMs * 2, 5000);
+        this.#scheduleReconnect();
+      }
+    }, this.#retryMs);
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#timer) clearTimeout(this.#timer);
+    const client = this.#client;
+    this.#client = null;
+    this.#connected = false;
+    if (client) {
+      client.removeAllListeners('end');
+      await client.end().catch(() => {});
+    }
+  }
+}

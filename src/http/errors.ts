@@ -1,0 +1,59 @@
+import type { Context } from 'hono';
+import { HTTPException } from 'hono/http-exception';
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
+import {
+  LeaseLostError,
+  SQLSTATE,
+  TuskError,
+  TuskNotFoundError,
+  TuskSchemaError,
+  TuskValidationError,
+} from '../errors.js';
+import type { Logger } from '../log.js';
+
+/** An error answered with its status: `{ error: { code, message, field? } }`. */
+export class HttpError extends Error {
+  constructor(
+    readonly status: ContentfulStatusCode,
+    readonly code: string,
+    message: string,
+    readonly field?: string,
+  ) {
+    super(message);
+  }
+}
+
+export const notFound = (what: string) => new HttpError(404, 'not_found', `${what} not found`);
+
+/** Hono's error handler: Tusk's errors to their HTTP status, anything else to 500 (logged). */
+export function errorHandler(log: Logger) {
+  return (error: Error, c: Context): Response => {
+    const e = toHttpError(error);
+    if (e.status >= 500) log.error({ err: error, path: c.req.path }, 'tusk http: request failed');
+    const body: { code: string; message: string; field?: string } = { code: e.code, message: e.message };
+    if (e.field !== undefined) body.field = e.field;
+    return c.json({ error: body }, e.status);
+  };
+}
+
+function toHttpError(error: Error): HttpError {
+  if (error instanceof HttpError) return error;
+  if (error instanceof TuskValidationError) return new HttpError(400, 'invalid', error.message, error.field);
+  if (error instanceof TuskNotFoundError) return new HttpError(404, 'not_found', error.message);
+  if (error instanceof LeaseLostError) return new HttpError(409, 'lease_lost', error.message);
+  if (error instanceof TuskSchemaError) return new HttpError(503, 'schema', error.message);
+  if (error instanceof HTTPException) {
+    const status = error.status as ContentfulStatusCode;
+    return new HttpError(status, status === 413 ? 'too_large' : 'http', error.message || 'request refused');
+  }
+  if (error instanceof TuskError) return new HttpError(400, 'refused', error.message);
+  const code = (error as { code?: string }).code;
+  if (code === SQLSTATE.undefinedTable || code === SQLSTATE.undefinedFunction || code === SQLSTATE.invalidSchemaName) {
+    return new HttpError(
+      503,
+      'schema',
+      `Tusk's schema is missing or out of date: run \`tusk migrate\` (${error.message})`,
+    );
+  }
+  return new HttpError(500, 'internal', 'internal error (see the server log)');
+}

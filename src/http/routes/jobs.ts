@@ -1,0 +1,169 @@
+import type { Context } from 'hono';
+import { jobPage } from '../../client/inspect.js';
+import { jobId } from '../../client/jobs.js';
+import { parse } from '../../client/validate.js';
+import { TuskValidationError } from '../../errors.js';
+import type { Job } from '../../types.js';
+import type { Api } from '../api.js';
+import { scopedTenant, sees } from '../auth.js';
+import { type Endpoint, endpoint } from '../endpoint.js';
+import type { AppEnv } from '../env.js';
+import { HttpError, notFound } from '../errors.js';
+import {
+  enqueuedManySchema,
+  enqueuedSchema,
+  enqueueManySchema,
+  enqueueOneSchema,
+  errorSchema,
+  jobListSchema,
+  jobSchema,
+  listJobsQuery,
+  retriedSchema,
+  retryAllBody,
+  stateSchema,
+} from '../schemas.js';
+
+const notFoundDoc = { description: 'no such job (or not this token’s tenant’s)', schema: errorSchema };
+const invalidDoc = { description: 'a bad field, named in the error', schema: errorSchema };
+
+/** The job of `:id` if the caller may see it, else 404 (whether it exists or not). */
+export async function visibleJob(api: Api, c: Context<AppEnv>): Promise<Job> {
+  const job = await api.tusk.getJob(jobId(c.req.param('id'), 'id'));
+  if (!job || !sees(c.get('principal'), job.tenant)) throw notFound('job');
+  return job;
+}
+
+/**
+ * The library names fields by its arguments (`payload`, `jobs[2].payload`); the API names
+ * them in the body (`body.payload`, `body.jobs.2.payload`).
+ */
+async function inBody<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (!(error instanceof TuskValidationError)) throw error;
+    const field = `body.${error.field.replace(/\[(\d+)\]/g, '.$1')}`.replace(/^body\.options\b/, 'body');
+    throw new TuskValidationError(field, error.message.slice(error.field.length + 2));
+  }
+}
+
+export function jobEndpoints(api: Api): Endpoint[] {
+  return [
+    endpoint({
+      method: 'post',
+      path: '/api/jobs',
+      tag: 'jobs',
+      access: 'token',
+      summary: 'Enqueue one job, or many with { jobs: [...] }',
+      description:
+        'Takes the options of enqueue; dates as ISO 8601 strings. A tenant token enqueues for its tenant (naming another is refused).',
+      body: enqueueOneSchema.or(enqueueManySchema),
+      parseBody: (value) =>
+        typeof value === 'object' && value !== null && 'jobs' in value
+          ? parse(enqueueManySchema, value, 'body')
+          : parse(enqueueOneSchema, value, 'body'),
+      responses: {
+        201: {
+          description: 'enqueued: { id, deduplicated } for one job, { ids } for many',
+          schema: enqueuedSchema.or(enqueuedManySchema),
+        },
+        400: invalidDoc,
+      },
+      async handle(c, { body }) {
+        const principal = c.get('principal');
+        if ('jobs' in body) {
+          const jobs = body.jobs.map((job, i) => ({
+            ...job,
+            tenant: scopedTenant(principal, job.tenant, `body.jobs.${i}.tenant`),
+          }));
+          return c.json(await inBody(() => api.tusk.enqueueMany(jobs)), 201);
+        }
+        const { task, payload, ...options } = body;
+        const tenant = scopedTenant(principal, options.tenant, 'body.tenant');
+        return c.json(await inBody(() => api.tusk.enqueue(task, payload, { ...options, tenant })), 201);
+      },
+    }),
+    endpoint({
+      method: 'get',
+      path: '/api/jobs',
+      tag: 'jobs',
+      access: 'token',
+      summary: 'List jobs, newest first, with filters and keyset paging',
+      query: listJobsQuery,
+      responses: { 200: { description: 'a page of jobs', schema: jobListSchema }, 400: invalidDoc },
+      async handle(c, { query }) {
+        const page = await jobPage(await api.db(), api.schema, {
+          state: query.state ?? null,
+          tenant: scopedTenant(c.get('principal'), query.tenant, 'query.tenant') ?? null,
+          queue: query.queue ?? null,
+          task: query.task ?? null,
+          before: query.cursor ?? null,
+          limit: query.limit ?? 50,
+        });
+        return c.json(page);
+      },
+    }),
+    endpoint({
+      method: 'post',
+      path: '/api/jobs/retry',
+      tag: 'jobs',
+      access: 'token',
+      summary: 'Run again every job in a state (default dead) matching the filter',
+      body: retryAllBody,
+      bodyOptional: true,
+      responses: { 200: { description: 'how many were re-queued', schema: retriedSchema }, 400: invalidDoc },
+      async handle(c, { body }) {
+        const tenant = scopedTenant(c.get('principal'), body.tenant, 'body.tenant');
+        return c.json({ retried: await api.tusk.retryAll({ ...body, tenant }) });
+      },
+    }),
+    endpoint({
+      method: 'get',
+      path: '/api/jobs/:id',
+      tag: 'jobs',
+      access: 'token',
+      summary: 'A job in any state: status, timings, stats, result, errors',
+      responses: { 200: { description: 'the job', schema: jobSchema }, 400: invalidDoc, 404: notFoundDoc },
+      async handle(c) {
+        return c.json(await visibleJob(api, c));
+      },
+    }),
+    endpoint({
+      method: 'post',
+      path: '/api/jobs/:id/cancel',
+      tag: 'jobs',
+      access: 'token',
+      summary: 'Cancel a job (a running one is asked to stop: its state stays running until it does)',
+      responses: { 200: { description: 'its state after the call', schema: stateSchema }, 404: notFoundDoc },
+      async handle(c) {
+        const job = await visibleJob(api, c);
+        const state = await api.tusk.cancel(job.id);
+        if (state === null) throw notFound('job');
+        return c.json({ state });
+      },
+    }),
+    endpoint({
+      method: 'post',
+      path: '/api/jobs/:id/retry',
+      tag: 'jobs',
+      access: 'token',
+      summary: 'Run a dead, cancelled, expired or failed job again now (attempts reset, errors kept)',
+      responses: {
+        200: { description: 'queued again', schema: stateSchema },
+        404: notFoundDoc,
+        409: { description: 'the job is waiting, running or succeeded', schema: errorSchema },
+      },
+      async handle(c) {
+        const job = await visibleJob(api, c);
+        if (!(await api.tusk.retry(job.id))) {
+          throw new HttpError(
+            409,
+            'not_retryable',
+            `job ${job.id} is ${job.state}: only dead, cancelled, expired or failed jobs can be retried`,
+          );
+        }
+        return c.json({ state: 'available' });
+      },
+    }),
+  ];
+}

@@ -1,0 +1,92 @@
+import type { Context } from 'hono';
+import { jobId } from '../../client/jobs.js';
+import type { Api } from '../api.js';
+import { scopedTenant } from '../auth.js';
+import { type Endpoint, endpoint } from '../endpoint.js';
+import type { AppEnv } from '../env.js';
+import {
+  ackBody,
+  errorSchema,
+  extendBody,
+  fetchBody,
+  fetchedSchema,
+  leaseUntilSchema,
+  nackBody,
+  okSchema,
+  stateSchema,
+} from '../schemas.js';
+import { visibleJob } from './jobs.js';
+
+const leaseDocs = {
+  400: { description: 'a bad field, named in the error', schema: errorSchema },
+  404: { description: 'no such job (or not this token’s tenant’s)', schema: errorSchema },
+  409: {
+    description: 'the lease is not held any more (ran out and leased again, or already acked)',
+    schema: errorSchema,
+  },
+};
+
+/** The lease `{ id, attempt }` of `:id`; a tenant token must own the job (else 404). */
+async function lease(api: Api, c: Context<AppEnv>, attempt: number) {
+  const id = jobId(c.req.param('id'), 'id');
+  if (c.get('principal').role !== 'admin') await visibleJob(api, c);
+  return { id, attempt };
+}
+
+/** Seed 002's queue API for workers in any language: fetch, ack, nack, extend. */
+export function leaseEndpoints(api: Api): Endpoint[] {
+  return [
+    endpoint({
+      method: 'post',
+      path: '/api/fetch',
+      tag: 'workers anywhere',
+      access: 'token',
+      summary: 'Lease up to count jobs (GET); each stays running until acked, nacked or its lease runs out',
+      body: fetchBody,
+      bodyOptional: true,
+      responses: { 200: { description: 'the leased jobs (maybe none)', schema: fetchedSchema }, 400: leaseDocs[400] },
+      async handle(c, { body }) {
+        const tenant = scopedTenant(c.get('principal'), body.tenant, 'body.tenant');
+        return c.json({ jobs: await api.tusk.fetch({ ...body, tenant }) });
+      },
+    }),
+    endpoint({
+      method: 'post',
+      path: '/api/jobs/:id/ack',
+      tag: 'workers anywhere',
+      access: 'token',
+      summary: 'Complete a leased job with its result (ACK)',
+      body: ackBody,
+      responses: { 200: { description: 'completed', schema: okSchema }, ...leaseDocs },
+      async handle(c, { body }) {
+        await api.tusk.ack(await lease(api, c, body.attempt), body.result);
+        return c.json({ ok: true });
+      },
+    }),
+    endpoint({
+      method: 'post',
+      path: '/api/jobs/:id/nack',
+      tag: 'workers anywhere',
+      access: 'token',
+      summary: 'Give a leased job back after a failed attempt (NACK): retried after delayMs, or dead',
+      body: nackBody,
+      responses: { 200: { description: 'its state now', schema: stateSchema }, ...leaseDocs },
+      async handle(c, { body }) {
+        const { attempt, ...options } = body;
+        return c.json({ state: await api.tusk.nack(await lease(api, c, attempt), options) });
+      },
+    }),
+    endpoint({
+      method: 'post',
+      path: '/api/jobs/:id/extend',
+      tag: 'workers anywhere',
+      access: 'token',
+      summary: 'Keep a leased job for leaseMs more from now (WORKING)',
+      body: extendBody,
+      responses: { 200: { description: 'the new end of the lease', schema: leaseUntilSchema }, ...leaseDocs },
+      async handle(c, { body }) {
+        return c.json({ leaseUntil: await api.tusk.extendLease(await lease(api, c, body.attempt), body.leaseMs) });
+      },
+    }),
+  ];
+}

@@ -1,0 +1,274 @@
+import { z } from 'zod';
+import { describe, jobOptionShape, nameSchema } from '../client/validate.js';
+
+// Requests. Validated with `parse` (errors name the field: `body.jobs.2.delayMs: ...`),
+// and turned into the OpenAPI document, so the document is what the server checks.
+
+const isoDate = z
+  .string({ error: (issue) => `must be an ISO 8601 date-time string (got ${describe(issue.input)})` })
+  .refine(
+    (s) => /^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)$/.test(s) && !Number.isNaN(Date.parse(s)),
+    {
+      error: (issue) =>
+        `must be an ISO 8601 date-time with a time zone, e.g. 2030-01-01T09:00:00Z (got ${describe(issue.input)})`,
+    },
+  )
+  .transform((s) => new Date(s))
+  .meta({ format: 'date-time' });
+
+const intParam = (min: number, max: number) =>
+  z
+    .string()
+    .regex(/^-?\d+$/, 'must be an integer')
+    .transform(Number)
+    .refine((n) => n >= min && n <= max, `must be from ${min} to ${max}`)
+    .meta({ description: `integer from ${min} to ${max}` });
+
+const positiveInt = (max: number) =>
+  z
+    .number({ error: (issue) => `must be a number (got ${describe(issue.input)})` })
+    .int('must be an integer')
+    .min(1, 'must be at least 1')
+    .max(max, `must be at most ${max}`);
+
+export const jobIdSchema = z
+  .string()
+  .regex(/^[1-9]\d{0,18}$/)
+  .meta({ description: 'job id (a positive integer)' });
+const jobStates = ['scheduled', 'available', 'running', 'failed', 'succeeded', 'dead', 'cancelled', 'expired'] as const;
+export const jobStateSchema = z.enum(jobStates, { error: `must be one of ${jobStates.join(', ')}` });
+const retryableState = z.enum(['dead', 'cancelled', 'expired', 'failed'], {
+  error: 'must be dead, cancelled, expired or failed',
+});
+
+export const enqueueOneSchema = z
+  .strictObject({
+    ...jobOptionShape,
+    task: nameSchema(200),
+    payload: z.unknown().optional(),
+    runAt: isoDate.optional(),
+    expiresAt: isoDate.optional(),
+  })
+  .refine((o) => o.runAt === undefined || o.delayMs === undefined, { error: 'give runAt or delayMs, not both' })
+  .meta({ description: 'One job: its task, payload, and the options of enqueue' });
+
+export const enqueueManySchema = z
+  .strictObject({ jobs: z.array(enqueueOneSchema).min(1, 'must not be empty').max(10_000, 'at most 10 000 jobs') })
+  .meta({ description: 'Many jobs, enqueued in one statement' });
+
+export const listJobsQuery = z.strictObject({
+  state: jobStateSchema.optional(),
+  tenant: nameSchema(128).optional(),
+  queue: nameSchema(128).optional(),
+  task: nameSchema(200).optional(),
+  cursor: jobIdSchema.optional().meta({ description: 'nextCursor of the previous page' }),
+  limit: intParam(1, 500).optional().meta({ description: 'jobs per page, 1 to 500 (default 50)' }),
+});
+
+export const fetchBody = z.strictObject({
+  queue: nameSchema(128).optional(),
+  tenant: nameSchema(128).optional(),
+  count: positiveInt(10_000).optional().meta({ description: 'most jobs to lease (default 1)' }),
+  leaseMs: positiveInt(24 * 3600_000)
+    .optional()
+    .meta({ description: 'lease length (default 30 000)' }),
+});
+
+const attempt = positiveInt(1_000_000).meta({ description: 'the lease: the attempt returned by fetch' });
+export const ackBody = z.strictObject({ attempt, result: z.unknown().optional() });
+export const nackBody = z.strictObject({
+  attempt,
+  delayMs: z.number().int().min(0).optional().meta({ description: 'retry after this long (default at once)' }),
+  error: z.string().max(2000).optional(),
+});
+export const extendBody = z.strictObject({ attempt, leaseMs: positiveInt(24 * 3600_000) });
+
+export const retryAllBody = z.strictObject({
+  state: retryableState.optional().meta({ description: 'default dead' }),
+  task: nameSchema(200).optional(),
+  tenant: nameSchema(128).optional(),
+  queue: nameSchema(128).optional(),
+});
+
+const limit = z.number().int().min(1).max(1_000_000).nullable().optional();
+export const tenantPatch = z.strictObject({
+  slots: limit.meta({ description: 'jobs it may run at once; null: the default' }),
+  perKey: limit.meta({ description: 'running jobs per concurrency key; null: no limit' }),
+  paused: z.boolean().optional(),
+});
+
+export const statsQuery = z.strictObject({
+  windowMs: intParam(0, 366 * 24 * 3600_000)
+    .optional()
+    .meta({ description: 'finished jobs over (default 3 600 000)' }),
+});
+
+export const timeseriesQuery = z.strictObject({
+  minutes: intParam(1, 1440).optional().meta({ description: 'window (default 60)' }),
+  bucketSeconds: intParam(10, 3600).optional().meta({ description: 'bucket size (default 60)' }),
+  tenant: nameSchema(128).optional(),
+  queue: nameSchema(128).optional(),
+});
+
+export const tenantParam = nameSchema(128);
+
+// Responses: documentation, and checked against real responses by the API tests.
+
+const date = z.iso.datetime({ offset: true });
+const nullableDate = date.nullable();
+const ms = z.number().nullable();
+
+const jobError = z.object({
+  attempt: z.number(),
+  message: z.string(),
+  name: z.string().optional(),
+  stack: z.string().optional(),
+  at: z.string(),
+});
+
+export const jobSchema = z.object({
+  id: jobIdSchema,
+  task: z.string(),
+  tenant: z.string(),
+  queue: z.string(),
+  state: jobStateSchema,
+  payload: z.unknown(),
+  priority: z.number(),
+  attempts: z.number(),
+  maxAttempts: z.number(),
+  concurrencyKey: z.string().nullable(),
+  createdAt: date,
+  runAt: date,
+  startedAt: nullableDate,
+  finishedAt: nullableDate,
+  expiresAt: nullableDate,
+  waitMs: ms.meta({ description: 'from runAt to the start of the last attempt' }),
+  runMs: ms.meta({ description: 'run time of the last attempt (finished jobs)' }),
+  stats: z.record(z.string(), z.unknown()).nullable(),
+  result: z.unknown(),
+  error: jobError.nullable().meta({ description: 'the last failed attempt' }),
+  errors: z.array(jobError).meta({ description: 'every failed attempt, oldest first' }),
+  cancelRequested: z.boolean(),
+});
+
+export const jobSummarySchema = z.object({
+  id: jobIdSchema,
+  task: z.string(),
+  tenant: z.string(),
+  queue: z.string(),
+  state: jobStateSchema,
+  priority: z.number(),
+  attempts: z.number(),
+  maxAttempts: z.number(),
+  createdAt: date,
+  runAt: date,
+  startedAt: nullableDate,
+  finishedAt: nullableDate,
+  waitMs: ms,
+  runMs: ms,
+  error: z.string().nullable().meta({ description: "the last failed attempt's message" }),
+});
+
+export const jobListSchema = z.object({
+  jobs: z.array(jobSummarySchema),
+  nextCursor: jobIdSchema.nullable().meta({ description: 'pass as cursor for the next page; null on the last' }),
+});
+
+export const enqueuedSchema = z.object({ id: jobIdSchema, deduplicated: z.boolean() });
+export const enqueuedManySchema = z.object({
+  ids: z.array(jobIdSchema),
+  deduplicated: z.array(z.boolean()).optional(),
+});
+
+export const leasedJobSchema = z.object({
+  id: jobIdSchema,
+  attempt: z.number(),
+  task: z.string(),
+  tenant: z.string(),
+  queue: z.string(),
+  payload: z.unknown(),
+  priority: z.number(),
+  maxAttempts: z.number(),
+  createdAt: date,
+  leaseUntil: date,
+});
+
+export const fetchedSchema = z.object({ jobs: z.array(leasedJobSchema) });
+export const stateSchema = z.object({ state: jobStateSchema });
+export const retriedSchema = z.object({ retried: z.number().meta({ description: 'jobs re-queued' }) });
+export const okSchema = z.object({ ok: z.literal(true) });
+export const leaseUntilSchema = z.object({ leaseUntil: date });
+
+export const tenantSchema = z.object({
+  tenant: z.string(),
+  slots: z.number().nullable().meta({ description: 'in effect (own or default); null: unlimited' }),
+  ownSlots: z.number().nullable(),
+  perKey: z.number().nullable(),
+  paused: z.boolean(),
+  running: z.number(),
+  available: z.number(),
+  scheduled: z.number(),
+  retrying: z.number(),
+  oldestWaitingMs: ms,
+  lastServedAt: nullableDate,
+});
+export const tenantListSchema = z.object({ tenants: z.array(tenantSchema) });
+
+const countsSchema = z.object(
+  Object.fromEntries(jobStates.map((s) => [s, z.number()])) as Record<(typeof jobStates)[number], z.ZodNumber>,
+);
+const groupStats = { counts: countsSchema, oldestWaitingMs: ms };
+export const queueStatsSchema = z.object({ queue: z.string(), ...groupStats });
+export const statsSchema = z.object({
+  since: date.meta({ description: 'finished jobs are counted from then' }),
+  tenants: z.array(z.object({ tenant: z.string(), slots: z.number().nullable(), paused: z.boolean(), ...groupStats })),
+  queues: z.array(queueStatsSchema),
+  total: z.object(groupStats),
+});
+export const queueListSchema = z.object({ since: date, queues: z.array(queueStatsSchema) });
+
+export const workerSchema = z.object({
+  id: z.number(),
+  name: z.string(),
+  host: z.string(),
+  pid: z.number(),
+  queues: z.array(z.string()).nullable().meta({ description: 'null: all queues' }),
+  concurrency: z.number(),
+  version: z.string(),
+  startedAt: date,
+  heartbeatAt: date,
+  alive: z.boolean().meta({ description: 'its process and connection are up' }),
+  jobs: z.number().meta({ description: 'jobs it holds (running or claimed ahead)' }),
+});
+export const workerListSchema = z.object({ workers: z.array(workerSchema) });
+
+export const timeseriesSchema = z.object({
+  bucketSeconds: z.number(),
+  buckets: z.array(
+    z.object({
+      t: date.meta({ description: 'start of the bucket' }),
+      enqueued: z.number(),
+      succeeded: z.number(),
+      dead: z.number(),
+      other: z.number().meta({ description: 'cancelled or expired' }),
+      waitP50: ms,
+      waitP95: ms,
+      runP50: ms,
+      runP95: ms,
+    }),
+  ),
+});
+
+export const whoamiSchema = z.object({
+  role: z.enum(['admin', 'tenant']),
+  tenant: z.string().nullable(),
+  auth: z.boolean().meta({ description: 'false: the server asks no token (loopback only)' }),
+});
+export const healthSchema = z.object({ ok: z.literal(true), version: z.string() });
+export const errorSchema = z.object({
+  error: z.object({
+    code: z.string(),
+    message: z.string(),
+    field: z.string().optional().meta({ description: 'the offending field, e.g. body.jobs.2.delayMs' }),
+  }),
+});

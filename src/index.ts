@@ -1,0 +1,71 @@
+export type { JobPage, JobSummary, WorkerInfo } from './client/inspect.js';
+export type { ScheduleInfo, Schedules } from './client/schedules.js';
+export type { GroupStats, StateCounts, Stats } from './client/stats.js';
+export type { TenantDefaults, TenantInfo, Tenants } from './client/tenants.js';
+export type {
+  DrizzleLike,
+  KyselyLike,
+  QueryFunctionLike,
+  TransactionLike,
+} from './db/adapters.js';
+export type { EmbeddedOptions } from './db/embedded.js';
+export type { Queryable } from './db/queryable.js';
+export { type BullMQJob, type BullMQSinkOptions, bullmqSink, type RedisClientLike } from './drain/bullmq.js';
+export { type DrainedBatch, Drainer, type DrainerOptions } from './drain/drainer.js';
+export { type Sink, type SinkContext, StagedJob, type StagedOptions } from './drain/sink.js';
+export { tuskSink } from './drain/tuskSink.js';
+export {
+  JobCancelledError,
+  JobTimeoutError,
+  LeaseLostError,
+  TuskError,
+  TuskNotFoundError,
+  TuskSchemaError,
+  TuskValidationError,
+  UnknownTaskError,
+  type ValidationIssue,
+  WorkerStoppingError,
+} from './errors.js';
+export type { Listening, ServerOptions, TuskServer } from './http/server.js';
+export { ApiTokens, type Principal, type TokenInfo } from './http/tokens.js';
+export type { Logger } from './log.js';
+export type { MetricsOptions } from './metrics/metrics.js';
+export type { MigrateResult } from './migrate/migrate.js';
+export type { Backoff, RetryPolicy } from './policies/backoff.js';
+export type { PruneBatch } from './queries/history.js';
+export type { TenantSettings } from './queries/tenants.js';
+export { type CrontabEntry, parseCrontab } from './schedules/crontab.js';
+export type { ScheduleOptions } from './schedules/options.js';
+export type { Json, JsonArgs } from './tasks/args.js';
+export type { AsyncCalls, AsyncOptions } from './tasks/async.js';
+export {
+  type DefinedTask,
+  defineTask,
+  type EnqueueArgs,
+  type TaskList,
+  type TaskName,
+  type TaskPayload,
+  type TypedJobSpec,
+} from './tasks/define.js';
+export type { SourceOptions } from './tasks/sources.js';
+export { Tusk, type TuskOptions } from './tusk.js';
+export type {
+  Enqueued,
+  EnqueueOptions,
+  Job,
+  JobError,
+  JobSource,
+  JobSpec,
+  JobState,
+  Lease,
+  LeasedJob,
+  StageOptions,
+} from './types.js';
+export type {
+  Handler,
+  JobContext,
+  TaskDefinition,
+  Tasks,
+  WorkerOptions,
+} from './worker/options.js';
+export { Worker, type WorkerCounters } from './worker/worker.js';

@@ -1,0 +1,44 @@
+import type { PreparedQueryable } from '../db/queryable.js';
+import { ident } from '../db/schema.js';
+
+/** A claimed job, as the claim returns it. */
+export interface ClaimedRow {
+  id: string;
+  tenant: string;
+  queue: string;
+  task: string;
+  payload: unknown;
+  priority: number;
+  attempts: number;
+  max_attempts: number;
+  /** Milliseconds since the epoch (a number parses much faster than a timestamp). */
+  created_ms: number;
+  retry: unknown;
+  source_type: string | null;
+  source_id: string | null;
+  source_method: string | null;
+}
+
+export interface ClaimArgs {
+  worker: number | null;
+  limit: number;
+  leaseMs: number;
+  queues: string[] | null;
+  tenant?: string | null;
+  /** The claim's own transaction may commit without waiting for disk (workers). */
+  asyncCommit?: boolean;
+}
+
+/** Claims up to `limit` jobs fairly across tenants (see claim_jobs in sql/). */
+export async function claimJobs(db: PreparedQueryable, schema: string, args: ClaimArgs): Promise<ClaimedRow[]> {
+  // a named (prepared) statement: parsed and planned once per connection
+  const { rows } = await db.query<ClaimedRow>({
+    name: `tusk_claim_${schema}`,
+    text: `SELECT id, tenant, queue, task, payload, priority, attempts, max_attempts,
+                  (extract(epoch FROM created_at) * 1000)::float8 AS created_ms, retry,
+                  source_type, source_id, source_method
+           FROM ${ident(schema)}.claim_jobs($1, $2, $3, $4, $5, 64, $6)`,
+    values: [args.worker, args.limit, args.leaseMs, args.queues, args.tenant ?? null, args.asyncCommit ?? false],
+  });
+  return rows;
+}

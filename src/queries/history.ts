@@ -1,0 +1,63 @@
+import type { PreparedQueryable, Queryable } from '../db/queryable.js';
+import { ident } from '../db/schema.js';
+import { FINISHED_COLUMNS, type JobRow } from './jobColumns.js';
+
+/** What one batch of history upkeep did (see maintain_history in sql/). */
+export interface PruneBatch {
+  /** Day partitions dropped whole. */
+  dropped: string[];
+  /** Rows deleted (tenants kept shorter than the longest retention). */
+  deleted: number;
+  /** Partitions created (days ahead, and days found in the default partition). */
+  created: number;
+  /** Work is left: call again. */
+  more: boolean;
+}
+
+/**
+ * Creates partitions ahead and applies one batch of retention, if no other process is
+ * doing it (null then).
+ */
+export async function maintainHistory(db: Queryable, schema: string, batch: number): Promise<PruneBatch | null> {
+  const { rows } = await db.query<{ r: PruneBatch | null }>(`SELECT ${ident(schema)}.maintain_history($1) AS r`, [
+    batch,
+  ]);
+  return rows[0]?.r ?? null;
+}
+
+/** Sets a tenant's retention, or the default's with `tenant` null; `null` resets it. */
+export async function updateRetention(
+  db: Queryable,
+  schema: string,
+  tenant: string | null,
+  retention: string | null,
+): Promise<void> {
+  await db.query(`SELECT ${ident(schema)}.set_retention($1, $2::interval, $3)`, [
+    tenant,
+    retention,
+    retention === null,
+  ]);
+}
+
+/**
+ * A tenant's finished jobs, newest first, finished before `before` if given: one probe of
+ * job_history_tenant (tenant, finished_at DESC) per day partition (with `before`, only
+ * the partitions before it). Prepared statements, one per form: planning over every day
+ * partition costs more than running the query.
+ */
+export async function selectFinishedJobs(
+  db: PreparedQueryable,
+  schema: string,
+  tenant: string,
+  limit: number,
+  before: Date | null,
+): Promise<JobRow[]> {
+  const { rows } = await db.query<JobRow>({
+    name: `tusk_finished_${before ? 'before_' : ''}${schema}`,
+    text: `SELECT ${FINISHED_COLUMNS} FROM ${ident(schema)}.job_history
+           WHERE tenant = $1 ${before ? 'AND finished_at < $3' : ''}
+           ORDER BY finished_at DESC LIMIT $2`,
+    values: before ? [tenant, limit, before] : [tenant, limit],
+  });
+  return rows;
+}

@@ -1,0 +1,86 @@
+import type { Queryable } from '../db/queryable.js';
+import { ident } from '../db/schema.js';
+import type { ClaimedRow } from './claimJobs.js';
+
+/** A leased job as fetch_jobs returns it. */
+export interface LeasedRow extends ClaimedRow {
+  lease_until: Date;
+}
+
+export async function fetchJobs(
+  db: Queryable,
+  schema: string,
+  args: { count: number; leaseMs: number; queue: string | null; tenant: string | null },
+): Promise<LeasedRow[]> {
+  const { rows } = await db.query<LeasedRow>(
+    `SELECT id, tenant, queue, task, payload, priority, attempts, max_attempts,
+            (extract(epoch FROM created_at) * 1000)::float8 AS created_ms, retry, lease_until,
+            source_type, source_id, source_method
+     FROM ${ident(schema)}.fetch_jobs($1, $2, $3, $4)`,
+    [args.count, args.leaseMs, args.queue, args.tenant],
+  );
+  return rows;
+}
+
+/** True if acked; false if the lease is not held any more. */
+export async function ackJob(
+  db: Queryable,
+  schema: string,
+  id: string,
+  attempt: number,
+  result: string,
+): Promise<boolean> {
+  const { rows } = await db.query<{ ok: boolean }>(`SELECT ${ident(schema)}.ack_job($1, $2, $3::jsonb) AS ok`, [
+    id,
+    attempt,
+    result,
+  ]);
+  return rows[0]?.ok ?? false;
+}
+
+/** The job's state after the nack, null if the lease is not held any more. */
+export async function nackJob(
+  db: Queryable,
+  schema: string,
+  id: string,
+  attempt: number,
+  delayMs: number,
+  error: string | null,
+): Promise<string | null> {
+  const { rows } = await db.query<{ state: string | null }>(
+    `SELECT ${ident(schema)}.nack_job($1, $2, $3, $4::jsonb)::text AS state`,
+    [id, attempt, delayMs, error],
+  );
+  return rows[0]?.state ?? null;
+}
+
+/** The lease's new end, null if the lease is not held any more. */
+export async function extendLease(
+  db: Queryable,
+  schema: string,
+  id: string,
+  attempt: number,
+  ms: number,
+): Promise<Date | null> {
+  const { rows } = await db.query<{ until: Date | null }>(`SELECT ${ident(schema)}.extend_lease($1, $2, $3) AS until`, [
+    id,
+    attempt,
+    ms,
+  ]);
+  return rows[0]?.until ?? null;
+}
+
+/** Where a job is now: for explaining a refused lease operation. */
+export async function leaseState(
+  db: Queryable,
+  schema: string,
+  id: string,
+): Promise<{ state: string; attempts: number } | null> {
+  const s = ident(schema);
+  const { rows } = await db.query<{ state: string; attempts: number }>(
+    `(SELECT state::text, attempts FROM ${s}.jobs WHERE id = $1)
+     UNION ALL (SELECT state::text, attempts FROM ${s}.job_history WHERE id = $1) LIMIT 1`,
+    [id],
+  );
+  return rows[0] ?? null;
+}

@@ -1,0 +1,112 @@
+import type { Queryable } from '../db/queryable.js';
+import { ident } from '../db/schema.js';
+
+/** A tenant's settings and its jobs right now. */
+export interface TenantRow {
+  tenant: string;
+  own_slots: number | null;
+  slots: number | null;
+  per_key: number | null;
+  paused: boolean;
+  rate_limit: number | null;
+  rate_per_ms: number | null;
+  own_retention: string | null;
+  retention: string | null;
+  last_served_at: Date | null;
+  running: number;
+  available: number;
+  scheduled: number;
+  retrying: number;
+  oldest_waiting_ms: number | null;
+}
+
+/**
+ * Tenants with their settings and counts of unfinished jobs: every tenant that has a row
+ * or unfinished jobs, or just `tenant` if given. Counts scan the unfinished jobs.
+ */
+export async function selectTenants(db: Queryable, schema: string, tenant: string | null): Promise<TenantRow[]> {
+  const s = ident(schema);
+  const { rows } = await db.query<TenantRow>(
+    `WITH counts AS (
+       SELECT tenant,
+              count(*) FILTER (WHERE state = 'running')::integer AS running,
+              count(*) FILTER (WHERE state = 'available')::integer AS available,
+              count(*) FILTER (WHERE state = 'scheduled')::integer AS scheduled,
+              count(*) FILTER (WHERE state = 'failed')::integer AS retrying,
+              greatest(0, extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'available')) * 1000)::bigint
+                AS oldest_waiting_ms
+       FROM ${s}.jobs WHERE $1::text IS NULL OR tenant = $1 GROUP BY tenant)
+     SELECT coalesce(t.tenant, n.tenant) AS tenant, t.slots AS own_slots,
+            coalesce(t.slots, c.default_slots) AS slots, t.per_key, coalesce(t.paused, false) AS paused,
+            t.rate_limit, t.rate_per_ms::float8 AS rate_per_ms, t.retention::text AS own_retention,
+            coalesce(t.retention, c.retention)::text AS retention,
+            nullif(t.last_served_at, '-infinity') AS last_served_at,
+            coalesce(n.running, 0) AS running, coalesce(n.available, 0) AS available,
+            coalesce(n.scheduled, 0) AS scheduled, coalesce(n.retrying, 0) AS retrying,
+            n.oldest_waiting_ms::float8 AS oldest_waiting_ms
+     FROM (SELECT * FROM ${s}.tenants WHERE $1::text IS NULL OR tenant = $1) t
+     FULL JOIN counts n ON n.tenant = t.tenant
+     CROSS JOIN ${s}.config c
+     ORDER BY 1`,
+    [tenant],
+  );
+  return rows;
+}
+
+/** Settings to change; undefined leaves a setting as it is, null resets it. */
+export interface TenantSettings {
+  slots?: number | null;
+  perKey?: number | null;
+  paused?: boolean;
+  /** At most `limit` job starts per `perMs` window; null removes the limit. */
+  rate?: { limit: number; perMs: number } | null;
+  /** How long its finished jobs are kept, e.g. `'90 days'`; null: the default's. */
+  retention?: string | null;
+}
+
+/**
+ * Creates the tenant or changes the given settings (see set_tenant in sql/: it waits for
+ * claims in flight that treat the tenant as unlimited). Takes effect on the next claim.
+ */
+export async function upsertTenant(
+  db: Queryable,
+  schema: string,
+  tenant: string,
+  settings: TenantSettings,
+): Promise<void> {
+  const s = ident(schema);
+  // one statement, so one transaction: all the settings change or none
+  await db.query(
+    `SELECT ${s}.set_tenant($1, $2, $3, $4, $5, $6),
+            CASE WHEN $7 THEN ${s}.set_tenant_rate($1, $8, $9) END,
+            CASE WHEN $10 THEN ${s}.set_retention($1, $11::interval, $11 IS NULL) END`,
+    [
+      tenant,
+      settings.slots ?? null,
+      settings.slots === null,
+      settings.perKey ?? null,
+      settings.perKey === null,
+      settings.paused ?? null,
+      settings.rate !== undefined,
+      settings.rate?.limit ?? null,
+      settings.rate?.perMs ?? null,
+      settings.retention !== undefined,
+      settings.retention ?? null,
+    ],
+  );
+}
+
+/** Settings of tenants that have none of their own (null: unlimited, kept forever). */
+export async function selectDefaults(
+  db: Queryable,
+  schema: string,
+): Promise<{ slots: number | null; retention: string | null }> {
+  const { rows } = await db.query<{ slots: number | null; retention: string | null }>(
+    `SELECT default_slots AS slots, retention::text AS retention FROM ${ident(schema)}.config`,
+  );
+  return rows[0] ?? { slots: null, retention: null };
+}
+
+export async function updateDefaultSlots(db: Queryable, schema: string, slots: number | null): Promise<void> {
+  await db.query(`SELECT ${ident(schema)}.set_default_slots($1)`, [slots]);
+}

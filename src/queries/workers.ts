@@ -1,0 +1,59 @@
+import type { Queryable } from '../db/queryable.js';
+import { ident } from '../db/schema.js';
+
+export interface WorkerInfo {
+  id: number | null;
+  name: string;
+  host: string;
+  pid: number;
+  queues: string[] | null;
+  concurrency: number;
+  version: string;
+}
+
+/**
+ * Registers a worker and takes its session lock, on the connection that must stay open
+ * while the worker lives. Returns its id (the old one when re-registering, if free).
+ */
+export async function registerWorker(db: Queryable, schema: string, w: WorkerInfo): Promise<number> {
+  const { rows } = await db.query<{ id: number }>(
+    `SELECT ${ident(schema)}.register_worker($1, $2, $3, $4, $5, $6, $7) AS id`,
+    [w.id, w.name, w.host, w.pid, w.queues, w.concurrency, w.version],
+  );
+  const id = rows[0]?.id;
+  if (id === undefined) throw new Error('register_worker returned no id');
+  return id;
+}
+
+export async function unregisterWorker(db: Queryable, schema: string, id: number): Promise<void> {
+  await db.query(`SELECT ${ident(schema)}.unregister_worker($1)`, [id]);
+}
+
+export interface HeartbeatResult {
+  alive: boolean;
+  cancelled: string[];
+  lost: string[];
+}
+
+/** Marks the worker alive, extends its leases, reports cancelled and lost jobs. */
+export async function heartbeat(
+  db: Queryable,
+  schema: string,
+  worker: number,
+  jobs: string[],
+  leaseMs: number,
+): Promise<HeartbeatResult> {
+  const { rows } = await db.query<HeartbeatResult>(
+    `SELECT alive, cancelled, lost FROM ${ident(schema)}.heartbeat($1, $2::bigint[], $3)`,
+    [worker, jobs, leaseMs],
+  );
+  return rows[0] ?? { alive: false, cancelled: [], lost: [] };
+}
+
+/** Upkeep (reap, promote, expire, partitions) if no other process is doing it. */
+export async function maintain(db: Queryable, schema: string, graceMs: number): Promise<Record<string, number> | null> {
+  const { rows } = await db.query<{ r: Record<string, number> | null }>(`SELECT ${ident(schema)}.maintain($1) AS r`, [
+    graceMs,
+  ]);
+  return rows[0]?.r ?? null;
+}

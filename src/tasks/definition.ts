@@ -1,0 +1,161 @@
+import type { StandardSchemaV1 } from '@standard-schema/spec';
+import { z } from 'zod';
+import { nameSchema } from '../client/validate.js';
+import { TuskValidationError } from '../errors.js';
+import type { RetryPolicy } from '../policies/backoff.js';
+import type { JobSource } from '../types.js';
+
+/** What a handler gets besides its payload. */
+export interface JobContext {
+  /** The job being run. `attempt` counts from 1. */
+  job: {
+    id: string;
+    task: string;
+    tenant: string;
+    queue: string;
+    priority: number;
+    attempt: number;
+    maxAttempts: number;
+    createdAt: Date;
+    /** The record the job is about (see `tusk.async`), or null. */
+    source: JobSource | null;
+  };
+  /**
+   * Aborted when the attempt must stop: its timeout passed, the job was cancelled, the
+   * worker is shutting down past its grace period, or the lease was lost.
+   * `signal.reason` says which.
+   */
+  signal: AbortSignal;
+  /** Merges numbers, counts, anything JSON into the job's stats (kept in its record). */
+  stats(values: Record<string, unknown>): void;
+}
+
+/** A task handler: its return value (JSON) is stored as the job's result. */
+// biome-ignore lint/suspicious/noExplicitAny: payload types come from the task registry
+export type Handler<Payload = any, Result = unknown> = (payload: Payload, ctx: JobContext) => Result | Promise<Result>;
+
+/**
+ * A task with settings. Producers use `tenant`, `queue` and `retry` as defaults when
+ * enqueueing it and validate payloads by `schema`; workers validate them again, run
+ * `handler` with `timeoutMs` and retry failures by `retry`.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: see Handler
+export interface TaskDefinition<Payload = any, Result = unknown> {
+  handler?: Handler<Payload, Result>;
+  /**
+   * Validates payloads (zod, or any Standard Schema validator): at enqueue, and in the
+   * worker before the handler runs, which gets the schema's output.
+   */
+  schema?: StandardSchemaV1;
+  /** Tenant its jobs belong to unless an enqueue names another. */
+  tenant?: string;
+  /** Queue its jobs go to unless an enqueue names another. */
+  queue?: string;
+  /** Time limit of one attempt; default 15 minutes; null for none. */
+  timeoutMs?: number | null;
+  /** How failed attempts are retried (see RetryPolicy); an enqueue's own `retry` wins. */
+  retry?: RetryPolicy;
+}
+
+/**
+ * Task name → handler or definition, or a list of tasks made by `defineTask` (which
+ * carry their names and, for TypeScript, their payload types).
+ */
+export type Tasks = Record<string, Handler | TaskDefinition> | readonly NamedTask[];
+
+/** A task definition that carries its name (what `defineTask` makes). */
+export interface NamedTask extends TaskDefinition {
+  readonly name: string;
+}
+
+/** Task definitions by name, handlers wrapped as definitions. */
+export function taskMap(tasks: Tasks | undefined): Map<string, TaskDefinition> {
+  const map = new Map<string, TaskDefinition>();
+  if (Array.isArray(tasks)) {
+    for (const [i, task] of (tasks as readonly NamedTask[]).entries()) {
+      if (map.has(task.name)) {
+        throw new TuskValidationError(
+          `tasks[${i}].name`,
+          `${JSON.stringify(task.name)} is the name of an earlier task`,
+        );
+      }
+      map.set(task.name, task);
+    }
+    return map;
+  }
+  for (const [name, task] of Object.entries(tasks ?? {})) {
+    map.set(name, typeof task === 'function' ? { handler: task } : task);
+  }
+  return map;
+}
+
+const isFunction = (f: unknown) => typeof f === 'function';
+
+/** A retry policy as a task definition may give it (backoff may be a function). */
+export const retrySchema = z.strictObject({
+  maxAttempts: z.number().int().min(1).max(1000).optional(),
+  backoff: z
+    .union([
+      z.literal('exponential'),
+      z.number().int().min(0),
+      z.custom<(e: unknown, n: number) => number | false>(isFunction),
+    ])
+    .optional(),
+  queue: nameSchema(128).optional(),
+});
+
+/** A time limit of one attempt (null: none). */
+export const timeoutSchema = z
+  .number()
+  .int()
+  .min(1)
+  .max(2 ** 31 - 1)
+  .nullable();
+
+/** A Standard Schema validator (zod 4, valibot, arktype, ...). */
+const standardSchema = z.custom<StandardSchemaV1>(
+  (s) => typeof (s as StandardSchemaV1 | null)?.['~standard']?.validate === 'function',
+  { error: 'must be a Standard Schema validator (e.g. a zod schema)' },
+);
+
+/** The fields of a task definition, as checked. */
+export const definitionShape = {
+  handler: z.custom<Handler>(isFunction, { error: 'must be a function' }).optional(),
+  schema: standardSchema.optional(),
+  tenant: nameSchema(128).optional(),
+  queue: nameSchema(128).optional(),
+  timeoutMs: timeoutSchema.optional(),
+  retry: retrySchema.optional(),
+};
+
+const taskList = z.array(z.strictObject({ name: nameSchema(200), ...definitionShape }));
+const taskObject = z.record(
+  nameSchema(200),
+  z.union([
+    z.custom<Handler>(isFunction, { error: 'must be a handler function or a task definition' }),
+    z.strictObject(definitionShape),
+  ]),
+);
+
+/** `tasks` of `new Tusk()` and of `tusk.worker()`. */
+export const tasksSchema = z
+  .custom<Tasks>((v) => typeof v === 'object' && v !== null, {
+    error: 'must be an object of task name → handler or definition, or a list of tasks made by defineTask',
+  })
+  .superRefine((tasks, ctx) => {
+    // a union of the two would report both branches' errors for a mistake in either
+    if (!Array.isArray(tasks)) {
+      for (const [key, task] of Object.entries(tasks)) {
+        if (typeof task === 'object' && task !== null && 'name' in task) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [key],
+            message: 'a task made by defineTask carries its name: give a list, tasks: [sendEmail, ...]',
+          });
+          return;
+        }
+      }
+    }
+    const result = (Array.isArray(tasks) ? taskList : taskObject).safeParse(tasks);
+    for (const issue of result.error?.issues ?? []) ctx.addIssue({ ...issue });
+  });

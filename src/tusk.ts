@@ -1,0 +1,653 @@
+import type pg from 'pg';
+import { z } from 'zod';
+import { hasDedup, type JobRecord, jobRecord } from './client/entries.js';
+import { jobId, sourceOf, toJob } from './client/jobs.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, toJson } from './client/json.js';
+import { type ScheduleInfo, Schedules } from './client/schedules.js';
+import { collectStats, type Stats } from './client/stats.js';
+import { Tenants } from './client/tenants.js';
+import {
+  clientSchema,
+  dateSchema,
+  describe,
+  enqueueOptionsSchema,
+  jobSpecSchema,
+  MAX_DELAY_MS,
+  nameSchema,
+  parse,
+  stageOptionsSchema,
+} from './client/validate.js';
+import { jsonArray, type Written, writeRecords } from './client/write.js';
+import { type TransactionLike, toQueryable } from './db/adapters.js';
+import { type ConnectionOptions, type Database, openDatabase } from './db/connection.js';
+import type { EmbeddedOptions } from './db/embedded.js';
+import type { Queryable } from './db/queryable.js';
+import { validateSchemaName } from './db/schema.js';
+import { Drainer, type DrainerHost, type DrainerOptions } from './drain/drainer.js';
+import { LeaseLostError, SQLSTATE, TuskError, TuskSchemaError, TuskValidationError } from './errors.js';
+import type { ServerOptions, TuskServer } from './http/server.js';
+import { createLogger, type Logger } from './log.js';
+import { type MigrateResult, migrate } from './migrate/migrate.js';
+import { cancelJob } from './queries/cancelJob.js';
+import { maintainHistory, type PruneBatch, selectFinishedJobs } from './queries/history.js';
+import { insertJob, insertJobsDedup } from './queries/insertJobs.js';
+import { ackJob, extendLease, fetchJobs, leaseState, nackJob } from './queries/leases.js';
+import { retryJobs, selectRetryable } from './queries/retryJobs.js';
+import { selectJob } from './queries/selectJob.js';
+import { countStaged, stageJobs } from './queries/staged.js';
+import type { ScheduleOptions } from './schedules/options.js';
+import { type AsyncCalls, type AsyncOptions, asyncCalls } from './tasks/async.js';
+import type { EnqueueArgs, TaskList, TaskName, TaskPayload, TypedJobSpec } from './tasks/define.js';
+import { type TaskDefinition, type Tasks, taskMap, tasksSchema } from './tasks/definition.js';
+import { validateRecord } from './tasks/schema.js';
+import { type SourceOptions, SourceRegistry } from './tasks/sources.js';
+import type { Enqueued, EnqueueOptions, Job, JobSpec, JobState, Lease, LeasedJob, StageOptions } from './types.js';
+import type { WorkerOptions } from './worker/options.js';
+import { Worker, type WorkerHost } from './worker/worker.js';
+
+/** Options of `new Tusk()`; `L` is the list of typed tasks given as `tasks`, if any. */
+export interface TuskOptions<L extends TaskList = TaskList> {
+  /** `postgres://...`. Default `DATABASE_URL`; with neither (and no pool), an embedded server. */
+  connectionString?: string;
+  /** Use this pool instead of creating one (Tusk will not end it). */
+  pool?: pg.Pool;
+  /** Schema holding Tusk's tables. Default `TUSK_SCHEMA` or `tusk`. */
+  schema?: string;
+  /** pino (or a logger of the same shape); `false` for none. Default: pino on stderr. */
+  logger?: Logger | false;
+  /** Largest payload or result, as JSON. Default 1 MiB. */
+  maxPayloadBytes?: number;
+  /** Size of the pool Tusk creates. Default 10. */
+  maxConnections?: number;
+  /** Where the embedded server keeps its data when no URL is given. */
+  embedded?: EmbeddedOptions;
+  /**
+   * Task definitions: their `tenant`, `queue` and `retry` are the defaults of their jobs,
+   * their `schema` validates payloads, and workers of this instance run their handlers
+   * unless given other tasks. A list of tasks made by `defineTask` makes `enqueue` typed.
+   */
+  tasks?: L | Tasks;
+}
+
+const optionsSchema = z.strictObject({
+  connectionString: z.string().min(1).optional(),
+  pool: z.custom<pg.Pool>((p) => typeof (p as pg.Pool)?.connect === 'function', 'must be a pg Pool').optional(),
+  schema: z.string().optional(),
+  logger: z.union([z.literal(false), z.custom<Logger>((l) => typeof (l as Logger)?.info === 'function')]).optional(),
+  maxPayloadBytes: z
+    .number()
+    .int()
+    .min(1024)
+    .max(256 * 1024 * 1024)
+    .optional(),
+  maxConnections: z.number().int().min(2).max(1000).optional(),
+  embedded: z
+    .strictObject({
+      dir: z.string().optional(),
+      port: z.number().int().optional(),
+      settings: z.record(z.string(), z.string()).optional(),
+    })
+    .optional(),
+  tasks: tasksSchema.optional(),
+});
+
+const enqueueManyOptionsSchema = z.strictObject({ client: clientSchema.optional() });
+const leaseMsSchema = z
+  .number()
+  .int()
+  .min(1)
+  .max(24 * 3600_000);
+const fetchOptionsSchema = z.strictObject({
+  queue: nameSchema(128).optional(),
+  tenant: nameSchema(128).optional(),
+  count: z.number().int().min(1).max(10_000).optional(),
+  leaseMs: leaseMsSchema.optional(),
+});
+const leaseSchema = z
+  .strictObject(
+    { id: z.string().regex(/^[1-9]\d{0,18}$/), attempt: z.number().int().min(1) },
+    {
+      error:
+        'must be the leased job returned by fetch, or { id, attempt }: the attempt tells this lease from a later one',
+    },
+  )
+  .loose();
+const nackOptionsSchema = z.strictObject({
+  delayMs: z.number().int().min(0).max(MAX_DELAY_MS).optional(),
+  error: z.string().max(2000).optional(),
+});
+const pruneOptionsSchema = z.strictObject({
+  batch: z.number().int().min(1).max(1_000_000).optional(),
+  onProgress: z.custom<(batch: PruneBatch) => void>((f) => typeof f === 'function', 'must be a function').optional(),
+});
+const finishedJobsSchema = z.strictObject({
+  tenant: nameSchema(128),
+  limit: z.number().int().min(1).max(10_000).optional(),
+  before: dateSchema.optional(),
+});
+const retryAllSchema = z.strictObject({
+  state: z.enum(['dead', 'cancelled', 'expired', 'failed']).optional(),
+  task: nameSchema(200).optional(),
+  tenant: nameSchema(128).optional(),
+  queue: nameSchema(128).optional(),
+});
+
+/**
+ * A Tusk instance: the producer API (enqueue, getJob, cancel) and the factory of workers.
+ * Connects lazily on first use; `close()` when done.
+ *
+ * @example
+ * const tusk = new Tusk({ connectionString: process.env.DATABASE_URL });
+ * await tusk.migrate();
+ * const { id } = await tusk.enqueue('send_email', { to: 'a@b.c' }, { tenant: 'acme' });
+ * console.log(await tusk.getJob(id));
+ * await tusk.close();
+ *
+ * With a list of tasks made by `defineTask` (`new Tusk({ tasks: [sendEmail] })`, or the
+ * type `Tusk<typeof tasks>`), enqueue checks task names and payloads at compile time;
+ * `tusk.untyped` enqueues any task name with any payload.
+ */
+export class Tusk<L extends TaskList = TaskList> {
+  /** The schema holding Tusk's tables. */
+  readonly schema: string;
+  /** Per-tenant slots, concurrency-key limits, rate limits, retention and pausing. */
+  readonly tenants: Tenants;
+  /** Recurring jobs (cron expressions). */
+  readonly schedules: Schedules;
+  readonly #log: Logger;
+  readonly #connection: ConnectionOptions;
+  readonly #maxPayloadBytes: number;
+  readonly #tasks: Map<string, TaskDefinition>;
+  readonly #sources = new SourceRegistry();
+  #db: Promise<Database> | null = null;
+  #closed = false;
+  readonly #workers = new Set<Worker>();
+  readonly #drainers = new Set<Drainer>();
+
+  constructor(options: TuskOptions<L> = {}) {
+    const o = parse(optionsSchema, options, 'Tusk options') as TuskOptions;
+    this.schema = validateSchemaName(o.schema ?? process.env.TUSK_SCHEMA ?? 'tusk');
+    this.#log = createLogger(o.logger);
+    this.#maxPayloadBytes = o.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+    this.#tasks = taskMap(o.tasks as Tasks | undefined);
+    this.#connection = {
+      connectionString: o.connectionString,
+      pool: o.pool,
+      embedded: o.embedded,
+      maxConnections: o.maxConnections,
+    };
+    this.tenants = new Tenants(() => this.pool(), this.schema);
+    this.schedules = new Schedules({
+      db: () => this.pool(),
+      schema: this.schema,
+      tasks: this.#tasks,
+      maxPayloadBytes: this.#maxPayloadBytes,
+    });
+  }
+
+  /** The connection pool (connecting, or starting the embedded server, on first call). */
+  async pool(): Promise<pg.Pool> {
+    return (await this.#database()).pool;
+  }
+
+  /** The connection string in use (the embedded server's when there was none). */
+  async connectionString(): Promise<string | undefined> {
+    return (await this.#database()).clientConfig.connectionString;
+  }
+
+  #database(): Promise<Database> {
+    if (this.#closed) return Promise.reject(new TuskError('this Tusk instance is closed'));
+    this.#db ??= openDatabase(this.#connection, this.#log).catch((error) => {
+      this.#db = null;
+      throw error;
+    });
+    return this.#db;
+  }
+
+  /**
+   * Creates or upgrades Tusk's schema. Safe to run from many processes at once.
+   * Throws TuskSchemaError if the database was migrated by a newer Tusk.
+   */
+  async migrate(): Promise<MigrateResult> {
+    return migrate(await this.pool(), this.schema);
+  }
+
+  /**
+   * Adds a job; returns its id. With `client`, the job is written through your connection,
+   * inside your transaction: it commits or rolls back with it. A task with a `schema` has
+   * its payload validated first (TuskValidationError listing the bad fields).
+   *
+   * @example
+   * const { id } = await tusk.enqueue('resize', { url }, { tenant: 'acme', delayMs: 5000 });
+   */
+  enqueue<N extends TaskName<L>>(task: N, ...args: EnqueueArgs<TaskPayload<L, N>>): Promise<Enqueued>;
+  async enqueue(task: string, ...[payload, options = {}]: [unknown?, EnqueueOptions?]): Promise<Enqueued> {
+    const name = parse(nameSchema(200), task, 'task');
+    const opts = parse(enqueueOptionsSchema, options, 'options') as EnqueueOptions;
+    const definition = this.#definition(name);
+    const record = jobRecord(name, payload, opts, 'payload', this.#maxPayloadBytes, definition);
+    if (definition?.schema) await validateRecord(definition.schema, record, 'payload');
+    const client = opts.client && toQueryable(opts.client);
+    if (hasDedup(record)) {
+      const [row] = await this.#write(client, (db) => insertJobsDedup(db, this.schema, jsonArray([record])));
+      return { id: row?.id as string, deduplicated: row?.deduplicated ?? false };
+    }
+    const id = await this.#write(client, (db) => insertJob(db, this.schema, record));
+    return { id, deduplicated: false };
+  }
+
+  /**
+   * Adds many jobs at once; returns their ids in input order. Each entry takes the
+   * options of `enqueue` (but `client`, given once for all in `options`). One statement
+   * and one NOTIFY per call; big batches (500+ jobs without delays or deduplication, on a
+   * `pg` connection) use COPY, about twice as fast. With deduplication asked for any
+   * entry, `deduplicated[i]` says whether entry i matched an existing job (and such
+   * batches take a statement per entry).
+   *
+   * @example
+   * const { ids } = await tusk.enqueueMany(users.map((u) => ({ task: 'welcome', payload: { id: u.id } })));
+   */
+  enqueueMany(jobs: ReadonlyArray<TypedJobSpec<L>>, options?: { client?: TransactionLike }): Promise<Written>;
+  async enqueueMany(jobs: readonly JobSpec[], options: { client?: TransactionLike } = {}): Promise<Written> {
+    const { client } = parse(enqueueManyOptionsSchema, options, 'options');
+    const records = await this.#records(jobs, 'jobs');
+    if (records.length === 0) return { ids: [] };
+    return this.#write(client && toQueryable(client), (db) => writeRecords(db, this.schema, records));
+  }
+
+  /** Validated records of enqueueMany's or stageMany's entries (payload schemas included). */
+  async #records(jobs: readonly JobSpec[], field: string): Promise<JobRecord[]> {
+    if (!Array.isArray(jobs)) throw new TuskValidationError(field, `must be an array (got ${describe(jobs)})`);
+    const records = jobs.map((job, i) => {
+      const spec = parse(jobSpecSchema, job, `${field}[${i}]`) as JobSpec;
+      const definition = this.#definition(spec.task);
+      return jobRecord(spec.task, spec.payload, spec, `${field}[${i}].payload`, this.#maxPayloadBytes, definition);
+    });
+    // after every entry passed the checks above, so that no validation is left unawaited
+    await Promise.all(
+      records.map((r, i) => {
+        const schema = this.#definition(r.task)?.schema;
+        return schema && validateRecord(schema, r, `${field}[${i}].payload`);
+      }),
+    );
+    return records;
+  }
+
+  /**
+   * Stages a job inside your transaction (seed 003): the row is written through `tx`, so
+   * it exists only if your transaction commits, and a drainer (`tusk.drainer()`,
+   * `tusk drain`) forwards it to a sink (Tusk's own queue, BullMQ, or yours) at least
+   * once. `tx` is any connection `enqueue`'s `client` takes. Returns the staged row's id.
+   *
+   * @example
+   * await db.transaction().execute(async (trx) => {
+   *   await trx.insertInto('orders').values(order).execute();
+   *   await tusk.stage(trx, 'ship', { orderId: order.id }, { tenant: 'acme' });
+   * });
+   */
+  async stage(
+    tx: TransactionLike,
+    task: string,
+    payload?: unknown,
+    options: StageOptions = {},
+  ): Promise<{ id: string }> {
+    const db = toQueryable(tx, 'tx');
+    const name = parse(nameSchema(200), task, 'task');
+    const opts = parse(stageOptionsSchema, options, 'options') as StageOptions;
+    const definition = this.#definition(name);
+    const record = jobRecord(name, payload, opts, 'payload', this.#maxPayloadBytes, definition);
+    if (definition?.schema) await validateRecord(definition.schema, record, 'payload');
+    const [id] = await this.#write(db, (q) => stageJobs(q, this.schema, jsonArray([record])));
+    return { id: id as string };
+  }
+
+  /** Stages many jobs in one statement inside your transaction; ids in input order. */
+  async stageMany(tx: TransactionLike, jobs: readonly JobSpec[]): Promise<{ ids: string[] }> {
+    const db = toQueryable(tx, 'tx');
+    const records = await this.#records(jobs, 'jobs');
+    if (records.length === 0) return { ids: [] };
+    return { ids: await this.#write(db, (q) => stageJobs(q, this.schema, jsonArray(records))) };
+  }
+
+  /** How many staged jobs wait for the drainer. */
+  async stagedCount(): Promise<number> {
+    return this.#write(undefined, (db) => countStaged(db, this.schema));
+  }
+
+  /**
+   * A drainer forwarding staged jobs to `sink`: `'tusk'` (this queue, exactly once) or a
+   * Sink such as `bullmqSink()` (at least once). One drainer per schema is active at a
+   * time; others wait and take over when it stops or dies. Call `start()` on it.
+   *
+   * @example
+   * const drainer = tusk.drainer({ sink: bullmqSink({ connection: 'redis://127.0.0.1:6379' }) });
+   * await drainer.start();
+   */
+  drainer(options: DrainerOptions): Drainer {
+    if (this.#closed) throw new TuskError('this Tusk instance is closed');
+    const host: DrainerHost = {
+      schema: this.schema,
+      log: this.#log,
+      database: () => this.#database(),
+      forget: (d) => this.#drainers.delete(d),
+    };
+    const drainer = new Drainer(host, options);
+    this.#drainers.add(drainer);
+    return drainer;
+  }
+
+  /**
+   * Leases up to `count` jobs for a worker outside this process (seed 002's GET): they are
+   * `running` until `ack`ed or `nack`ed, or until the lease runs out — then they go back to
+   * the queue (the attempt counts). Same fairness and slots as workers.
+   *
+   * @example
+   * const [job] = await tusk.fetch({ queue: 'reports', leaseMs: 60_000 });
+   * if (job) await tusk.ack(job, await render(job.payload));
+   */
+  async fetch(
+    options: { queue?: string; tenant?: string; count?: number; leaseMs?: number } = {},
+  ): Promise<LeasedJob[]> {
+    const o = parse(fetchOptionsSchema, options, 'options');
+    const rows = await this.#write(undefined, (db) =>
+      fetchJobs(db, this.schema, {
+        count: o.count ?? 1,
+        leaseMs: o.leaseMs ?? 30_000,
+        queue: o.queue ?? null,
+        tenant: o.tenant ?? null,
+      }),
+    );
+    return rows.map((r) => ({
+      id: r.id,
+      attempt: r.attempts,
+      task: r.task,
+      tenant: r.tenant,
+      queue: r.queue,
+      payload: r.payload,
+      priority: r.priority,
+      maxAttempts: r.max_attempts,
+      createdAt: new Date(r.created_ms),
+      leaseUntil: r.lease_until,
+      source: sourceOf(r),
+    }));
+  }
+
+  /**
+   * Completes a leased job with its result (seed 002's ACK). Throws LeaseLostError if the
+   * lease is not held any more — it ran out and the job was leased again, or it was
+   * already acked: a job is never completed twice.
+   */
+  async ack(lease: Lease, result?: unknown): Promise<void> {
+    const { id, attempt } = parse(leaseSchema, lease, 'lease');
+    const json = toJson(result, 'result', this.#maxPayloadBytes);
+    if (!(await this.#write(undefined, (db) => ackJob(db, this.schema, id, attempt, json)))) {
+      throw await this.#leaseLost('ack', id, attempt);
+    }
+  }
+
+  /**
+   * Gives a leased job back after a failed attempt (seed 002's NACK): retried after
+   * `delayMs` (default at once), or `dead` if out of attempts. Returns its state.
+   */
+  async nack(lease: Lease, options: { delayMs?: number; error?: string } = {}): Promise<JobState> {
+    const { id, attempt } = parse(leaseSchema, lease, 'lease');
+    const o = parse(nackOptionsSchema, options, 'options');
+    const error = o.error === undefined ? null : JSON.stringify({ message: o.error });
+    const state = await this.#write(undefined, (db) => nackJob(db, this.schema, id, attempt, o.delayMs ?? 0, error));
+    if (!state) throw await this.#leaseLost('nack', id, attempt);
+    return state as JobState;
+  }
+
+  /** Keeps a leased job for `ms` more from now (seed 002's WORKING). Returns the new end. */
+  async extendLease(lease: Lease, ms: number): Promise<Date> {
+    const { id, attempt } = parse(leaseSchema, lease, 'lease');
+    const duration = parse(leaseMsSchema, ms, 'ms');
+    const until = await this.#write(undefined, (db) => extendLease(db, this.schema, id, attempt, duration));
+    if (!until) throw await this.#leaseLost('extend the lease of', id, attempt);
+    return until;
+  }
+
+  async #leaseLost(what: string, id: string, attempt: number): Promise<LeaseLostError> {
+    const now = await this.#write(undefined, (db) => leaseState(db, this.schema, id));
+    const why = !now
+      ? 'there is no such job'
+      : now.attempts > attempt
+        ? `its lease ran out and it was leased again (now attempt ${now.attempts}, ${now.state})`
+        : now.state === 'running'
+          ? `it is running under attempt ${now.attempts}`
+          : `it is ${now.state} now`;
+    return new LeaseLostError(`cannot ${what} job ${id} (attempt ${attempt}): ${why}`);
+  }
+
+  /**
+   * Runs a job again: a `dead`, `cancelled` or `expired` job, or a `failed` one waiting
+   * for its retry, becomes available now with its attempts reset (its errors are kept).
+   * Returns whether it was re-queued (false for unknown, running or succeeded jobs).
+   */
+  async retry(id: string | number | bigint): Promise<boolean> {
+    const key = jobId(id);
+    return (await this.#write(undefined, (db) => retryJobs(db, this.schema, [key]))).length > 0;
+  }
+
+  /**
+   * Runs again every job in `state` (default `dead`) matching the filter. Returns how many.
+   *
+   * @example
+   * await tusk.retryAll({ task: 'send_email', tenant: 'acme', state: 'dead' });
+   */
+  async retryAll(
+    filter: {
+      state?: 'dead' | 'cancelled' | 'expired' | 'failed';
+      task?: string;
+      tenant?: string;
+      queue?: string;
+    } = {},
+  ): Promise<number> {
+    const f = parse(retryAllSchema, filter, 'filter');
+    return this.#write(undefined, async (db) => {
+      const ids = await selectRetryable(db, this.schema, {
+        state: f.state ?? 'dead',
+        task: f.task ?? null,
+        tenant: f.tenant ?? null,
+        queue: f.queue ?? null,
+      });
+      let n = 0;
+      for (let i = 0; i < ids.length; i += 10_000)
+        n += (await retryJobs(db, this.schema, ids.slice(i, i + 10_000))).length;
+      return n;
+    });
+  }
+
+  /** The definition of a task: given in `tasks`, or a method of a registered class. */
+  #definition(task: string): TaskDefinition | undefined {
+    return this.#tasks.get(task) ?? this.#sources.definition(task);
+  }
+
+  /**
+   * This instance without its task types: `enqueue` and `enqueueMany` take any task name
+   * and any payload (schemas still apply at run time). For tasks outside the typed list.
+   *
+   * @example
+   * await tusk.untyped.enqueue('legacy_task', { anything: true });
+   */
+  get untyped(): Tusk {
+    return this as unknown as Tusk;
+  }
+
+  /**
+   * Registers a class whose methods can run as jobs (seed 000's `obj.async.method()`):
+   * `tusk.async(instance).method(...args)` enqueues the job `Type.method` with the
+   * instance's id as its source, and a worker of this instance loads the instance with
+   * `load` and calls the method (its return value is the job's result).
+   *
+   * @example
+   * tusk.register(DataReport, { load: (id) => DataReport.find(id), id: (r) => r.id });
+   */
+  register<T>(cls: abstract new (...args: never[]) => T, options: SourceOptions<NoInfer<T>>): void {
+    this.#sources.register(cls, options);
+  }
+
+  /**
+   * Calls a method of an instance of a registered class as a job: each method takes its
+   * own arguments (checked by TypeScript, sent as JSON) and resolves with the job's id.
+   * `options` are enqueue's (tenant, queue, delayMs, dedupe, client, ...).
+   *
+   * @example
+   * const { id } = await tusk.async(report, { tenant: 'acme', delayMs: 60_000 }).execute('pdf', 2);
+   */
+  async<T extends object>(instance: T, options: AsyncOptions = {}): AsyncCalls<T> {
+    return asyncCalls(this.#sources, instance, options, (task, payload, opts) =>
+      this.untyped.enqueue(task, payload, opts),
+    );
+  }
+
+  /**
+   * Enqueues a job at every tick of a cron expression (croner: 5 fields, or 6 with
+   * seconds first), read in `tz` (default UTC). Running workers enqueue each tick exactly
+   * once, a little ahead, so its job starts on time. Same as `tusk.schedules.set`.
+   *
+   * @example
+   * await tusk.schedule('nightly-report', '0 3 * * *', { task: 'report', payload: { kind: 'daily' }, tenant: 'acme', tz: 'Europe/Paris' });
+   */
+  schedule(name: string, cron: string, options: ScheduleOptions = {}): Promise<ScheduleInfo> {
+    return this.schedules.set(name, cron, options);
+  }
+
+  /**
+   * Applies history retention now, to the end (workers also do it, a batch at a time):
+   * drops the day partitions older than the longest retention in force, deletes older
+   * rows of tenants kept shorter, `batch` rows per transaction (default 10 000), and
+   * creates missing partitions. Waits for another process doing it. Returns the totals.
+   *
+   * @example
+   * await tusk.tenants.setDefault({ retention: '30 days' });
+   * const { dropped, deleted } = await tusk.prune({ onProgress: (b) => console.log(b) });
+   */
+  async prune(
+    options: { batch?: number; onProgress?: (batch: PruneBatch) => void } = {},
+  ): Promise<{ dropped: string[]; deleted: number }> {
+    const o = parse(pruneOptionsSchema, options, 'options');
+    const total = { dropped: [] as string[], deleted: 0 };
+    for (;;) {
+      const batch = await this.#write(undefined, (db) => maintainHistory(db, this.schema, o.batch ?? 10_000));
+      if (!batch) {
+        await new Promise((r) => setTimeout(r, 100)); // another process is at it
+        continue;
+      }
+      total.dropped.push(...batch.dropped);
+      total.deleted += batch.deleted;
+      o.onProgress?.(batch);
+      if (!batch.more) return total;
+    }
+  }
+
+  /**
+   * A tenant's finished jobs, newest first (default the last 100), finished before
+   * `before` if given: for dashboards, indexed whatever the history's size.
+   */
+  async finishedJobs(options: { tenant: string; limit?: number; before?: Date }): Promise<Job[]> {
+    const o = parse(finishedJobsSchema, options, 'options');
+    const pool = await this.pool();
+    const rows = await this.#write(pool, () =>
+      selectFinishedJobs(pool, this.schema, o.tenant, o.limit ?? 100, o.before ?? null),
+    );
+    return rows.map(toJob);
+  }
+
+  /** A job by id, whatever its state; null if there is no such job. */
+  async getJob(id: string | number | bigint): Promise<Job | null> {
+    const key = jobId(id);
+    const pool = await this.pool();
+    const row = await this.#write(pool, () => selectJob(pool, this.schema, key));
+    return row ? toJob(row) : null;
+  }
+
+  /**
+   * Cancels a job: a waiting job ends `cancelled` at once; a running one has its
+   * `ctx.signal` aborted and ends `cancelled` if the handler then fails. Returns the
+   * job's state after the call (`running` for a running job), null for an unknown id.
+   */
+  async cancel(id: string | number | bigint): Promise<JobState | null> {
+    const key = jobId(id);
+    return (await this.#write(undefined, (db) => cancelJob(db, this.schema, key))) as JobState | null;
+  }
+
+  /**
+   * Counts by state per tenant and per queue, and the age of the oldest waiting job.
+   * Unfinished jobs are counted now, finished ones over the last `windowMs` (default an
+   * hour). It scans the unfinished jobs: fine for dashboards, not for every request.
+   */
+  async stats(options: { windowMs?: number } = {}): Promise<Stats> {
+    const windowMs = options.windowMs ?? 3_600_000;
+    if (!Number.isFinite(windowMs) || windowMs < 0) {
+      throw new TuskValidationError('options.windowMs', 'must be a non-negative number of milliseconds');
+    }
+    return this.#write(undefined, (db) => collectStats(db, this.schema, windowMs));
+  }
+
+  /**
+   * A worker running the given task handlers. Call `start()` on it.
+   *
+   * @example
+   * const worker = tusk.worker({ tasks: { send_email: async (p, ctx) => send(p) }, concurrency: 16 });
+   * await worker.start();
+   */
+  worker(options: WorkerOptions): Worker {
+    if (this.#closed) throw new TuskError('this Tusk instance is closed');
+    const host: WorkerHost = {
+      schema: this.schema,
+      tasks: this.#tasks,
+      sources: this.#sources,
+      log: this.#log,
+      maxPayloadBytes: this.#maxPayloadBytes,
+      database: () => this.#database(),
+      forget: (w) => this.#workers.delete(w),
+    };
+    const worker = new Worker(host, options);
+    this.#workers.add(worker);
+    return worker;
+  }
+
+  /**
+   * The HTTP server: REST API, dashboard and Prometheus metrics (loaded on first call).
+   *
+   * @example
+   * const server = await tusk.server({ adminToken: process.env.TUSK_ADMIN_TOKEN });
+   * const { url, close } = await server.listen({ port: 8080 }); // or mount server.app in your Hono app
+   */
+  async server(options: ServerOptions = {}): Promise<TuskServer> {
+    const { createServer } = await import('./http/server.js');
+    return createServer(this, this.#log, options);
+  }
+
+  /** Stops this instance's workers (gracefully), then closes the pool it created. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    await Promise.all([...this.#workers, ...this.#drainers].map((w) => w.stop()));
+    this.#closed = true;
+    const db = await this.#db?.catch(() => null);
+    this.#db = null;
+    await db?.close();
+  }
+
+  /** Runs a statement on `client` if given, else on the pool; explains a missing schema. */
+  async #write<T>(client: Queryable | undefined, run: (db: Queryable) => Promise<T>): Promise<T> {
+    const db = client ?? (await this.pool());
+    try {
+      return await run(db);
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      if (
+        code === SQLSTATE.undefinedTable ||
+        code === SQLSTATE.invalidSchemaName ||
+        code === SQLSTATE.undefinedFunction
+      ) {
+        throw new TuskSchemaError(
+          `Tusk schema "${this.schema}" is missing or out of date: run \`tusk migrate\` or \`await tusk.migrate()\` (${(error as Error).message})`,
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+  }
+}

@@ -1,0 +1,159 @@
+import type { TransactionLike } from './db/adapters.js';
+
+/**
+ * Where a job is in its life.
+ * - `scheduled`: waiting for its `runAt`
+ * - `available`: can run now, waiting for a worker (and a free tenant slot)
+ * - `running`: claimed by a worker (or leased by `fetch`)
+ * - `failed`: an attempt failed; it will be retried at its `runAt`
+ * - `succeeded`, `dead` (out of attempts), `cancelled`, `expired` (its `expiresAt`
+ *   passed before it ran): finished, kept in history
+ */
+export type JobState =
+  | 'scheduled'
+  | 'available'
+  | 'running'
+  | 'failed'
+  | 'succeeded'
+  | 'dead'
+  | 'cancelled'
+  | 'expired';
+
+/** The states of finished jobs. */
+export const FINISHED_STATES: readonly JobState[] = ['succeeded', 'dead', 'cancelled', 'expired'];
+
+/** One failed attempt, as recorded on the job. */
+export interface JobError {
+  attempt: number;
+  message: string;
+  name?: string;
+  stack?: string;
+  /** ISO time of the failure. */
+  at: string;
+}
+
+/**
+ * The record a job is about (seed 000's source): the class, the id and the method of a
+ * `tusk.async(instance).method()` call, or what an enqueue's `source` option gave.
+ */
+export interface JobSource {
+  type: string;
+  id: string;
+  method: string | null;
+}
+
+/** A job record, the same shape whatever its state. */
+export interface Job<Payload = unknown, Result = unknown> {
+  id: string;
+  task: string;
+  tenant: string;
+  queue: string;
+  state: JobState;
+  payload: Payload;
+  priority: number;
+  attempts: number;
+  maxAttempts: number;
+  concurrencyKey: string | null;
+  createdAt: Date;
+  runAt: Date;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+  expiresAt: Date | null;
+  /** From when it could run (runAt) to when its last attempt started. */
+  waitMs: number | null;
+  /** How long its last attempt ran (finished jobs). */
+  runMs: number | null;
+  stats: Record<string, unknown> | null;
+  result: Result | null;
+  /** The last attempt's error, or null. */
+  error: JobError | null;
+  /** Every failed attempt's error, oldest first (the last 50). */
+  errors: JobError[];
+  /** A cancel was asked while it ran; its worker was told to abort. */
+  cancelRequested: boolean;
+  /** The record the job is about, or null. */
+  source: JobSource | null;
+}
+
+/** Options of `enqueue` (and of each entry of `enqueueMany`). */
+export interface EnqueueOptions {
+  /** The tenant (customer) the job belongs to; default `'default'`. */
+  tenant?: string;
+  /** Queue name; default `'default'`. */
+  queue?: string;
+  /** Lower runs first; -32768..32767, default 0. */
+  priority?: number;
+  /** Do not start before this time. */
+  runAt?: Date;
+  /** Do not start before this many milliseconds from now. */
+  delayMs?: number;
+  /** Attempts before the job is `dead`; default 5. */
+  maxAttempts?: number;
+  /** If it has not started by then, it ends `expired` instead of running. */
+  expiresAt?: Date;
+  /** Limits running jobs per key inside the tenant (see `tenants.set(..., { perKey })`). */
+  concurrencyKey?: string;
+  /**
+   * Deduplication (seed 000): while an unfinished job of the same tenant with the same key
+   * exists, enqueued within `dedupWindowMs` (default 10 minutes), enqueueing returns that
+   * job's id (`deduplicated: true`) instead of adding one. `dedupe: true` derives the key
+   * from the task and payload; `dedupKey` gives it.
+   */
+  dedupe?: boolean;
+  dedupKey?: string;
+  dedupWindowMs?: number;
+  /**
+   * Retry settings of this job, over its task definition's: attempts, a backoff of
+   * `'exponential'` or a fixed number of ms, a queue for the retries.
+   */
+  retry?: { maxAttempts?: number; backoff?: 'exponential' | number; queue?: string };
+  /**
+   * The record the job is about, shown on the job and indexed (`source_type`,
+   * `source_id`, `source_method` in `jobs` and `job_history`). `tusk.async()` sets it.
+   */
+  source?: { type: string; id: string | number; method?: string };
+  /**
+   * A connection inside your transaction: the job commits or rolls back with it. A `pg`
+   * Client/PoolClient, a Kysely or Drizzle transaction, or anything with
+   * `query(text, values)` (see TransactionLike).
+   */
+  client?: TransactionLike;
+}
+
+/** Options of `stage`: those of `enqueue` but `client` (the transaction is `stage`'s first argument). */
+export type StageOptions = Omit<EnqueueOptions, 'client'>;
+
+/** One entry of `enqueueMany`. */
+export interface JobSpec extends Omit<EnqueueOptions, 'client'> {
+  task: string;
+  payload?: unknown;
+}
+
+/** What `enqueue` returns. */
+export interface Enqueued {
+  id: string;
+  /** True when an identical unfinished job existed (see `dedupe`): `id` is that job's. */
+  deduplicated: boolean;
+}
+
+/** A job leased by `fetch`: the lease is its `id` and `attempt` (see `ack`). */
+export interface LeasedJob<Payload = unknown> {
+  id: string;
+  /** The attempt this lease is; a later lease of the same job has a higher one. */
+  attempt: number;
+  task: string;
+  tenant: string;
+  queue: string;
+  payload: Payload;
+  priority: number;
+  maxAttempts: number;
+  createdAt: Date;
+  leaseUntil: Date;
+  source: JobSource | null;
+}
+
+/** A lease: a job returned by `fetch`, or its id and attempt. */
+export interface Lease {
+  id: string;
+  attempt: number;
+}

@@ -1,0 +1,130 @@
+import { z } from 'zod';
+import { nameSchema, parse } from '../client/validate.js';
+import { TuskValidationError } from '../errors.js';
+import { type TaskDefinition, type Tasks, taskMap, tasksSchema } from '../tasks/definition.js';
+
+export type { Handler, JobContext, TaskDefinition, Tasks } from '../tasks/definition.js';
+
+/** Options of `tusk.worker()`. */
+export interface WorkerOptions {
+  /**
+   * Handlers by task name, or a list of tasks made by `defineTask`; default the `tasks`
+   * given to `new Tusk()`. Methods of classes registered with `tusk.register` run as well.
+   */
+  tasks?: Tasks;
+  /** Handlers running at once; default 10. */
+  concurrency?: number;
+  /**
+   * Queues to serve, each a name or [name, weight]; default all queues. With equal
+   * weights they are served together.
+   */
+  queues?: Array<string | [string, number]>;
+  /**
+   * Jobs claimed ahead into a local buffer, so short jobs are fetched in batches.
+   * `'auto'` (default) buffers what the handlers get through in ~25 ms, up to 2 000:
+   * many for no-op jobs, none for slow ones. A number fixes it; 0 turns it off.
+   * Buffered jobs count as running (their tenant's slots are taken) and, if this
+   * process dies, they wait for crash recovery like running ones.
+   */
+  prefetch?: number | 'auto';
+  /** Most jobs claimed, or outcomes written, in one statement; default 1 000. */
+  batchSize?: number;
+  /**
+   * Write outcomes (completions, retries) without waiting for the server's disk: faster,
+   * but if PostgreSQL itself crashes, the last outcomes may be lost and those jobs run
+   * again (at-least-once still holds). Default false.
+   */
+  asyncCommit?: boolean;
+  /** Lease of a claimed job, renewed by heartbeats while it runs; default 30 s. */
+  leaseMs?: number;
+  /** Heartbeat period; default 1 s. */
+  heartbeatMs?: number;
+  /** Poll period when no notification arrives; default 1 s. */
+  pollMs?: number;
+  /**
+   * Period of upkeep (crash recovery, promotion, expiry) and of enqueueing schedule
+   * ticks (up to max(1 s, twice this) ahead); default 500 ms.
+   */
+  maintenanceMs?: number;
+  /** On stop(), how long running jobs may take to finish before they are released; default 10 s. */
+  shutdownTimeoutMs?: number;
+  /** Shown in the workers table and the dashboard; default host:pid. */
+  name?: string;
+}
+
+const positive = (max: number) => z.number().int().min(1).max(max);
+
+const workerOptionsSchema = z.strictObject({
+  tasks: tasksSchema.optional(),
+  concurrency: positive(10_000).optional(),
+  queues: z
+    .array(z.union([nameSchema(128), z.tuple([nameSchema(128), z.number().positive().max(1e6)])]))
+    .min(1)
+    .optional(),
+  prefetch: z.union([z.literal('auto'), z.number().int().min(0).max(10_000)]).optional(),
+  batchSize: positive(10_000).optional(),
+  asyncCommit: z.boolean().optional(),
+  leaseMs: positive(24 * 3600_000).optional(),
+  heartbeatMs: positive(600_000).optional(),
+  pollMs: positive(600_000).optional(),
+  maintenanceMs: positive(600_000).optional(),
+  shutdownTimeoutMs: z
+    .number()
+    .int()
+    .min(0)
+    .max(24 * 3600_000)
+    .optional(),
+  name: nameSchema(200).optional(),
+});
+
+/** Worker options with defaults filled in. */
+export interface ResolvedWorkerOptions {
+  tasks: Map<string, TaskDefinition>;
+  concurrency: number;
+  queues: Array<[string, number]> | null;
+  prefetch: number | 'auto';
+  batchSize: number;
+  asyncCommit: boolean;
+  leaseMs: number;
+  heartbeatMs: number;
+  pollMs: number;
+  maintenanceMs: number;
+  shutdownTimeoutMs: number;
+  name: string | undefined;
+}
+
+export const DEFAULT_TIMEOUT_MS = 15 * 60_000;
+
+/**
+ * Worker options with defaults; `fallback` are the tasks given to `new Tusk()`,
+ * `classes` says whether classes were registered (their jobs are tasks too).
+ */
+export function resolveWorkerOptions(
+  options: WorkerOptions,
+  fallback: Map<string, TaskDefinition>,
+  classes = false,
+): ResolvedWorkerOptions {
+  const o = parse(workerOptionsSchema, options, 'worker options') as WorkerOptions;
+  // an explicit `tasks: {}` is a worker doing upkeep only; no tasks anywhere is a mistake
+  if (!o.tasks && fallback.size === 0 && !classes) {
+    throw new TuskValidationError(
+      'worker options.tasks',
+      'no tasks: give them to the worker or to new Tusk({ tasks }), or register classes (tusk.register)',
+    );
+  }
+  const tasks = o.tasks ? taskMap(o.tasks) : fallback;
+  return {
+    tasks,
+    concurrency: o.concurrency ?? 10,
+    queues: o.queues ? o.queues.map((q) => (typeof q === 'string' ? [q, 1] : q)) : null,
+    prefetch: o.prefetch ?? 'auto',
+    batchSize: o.batchSize ?? 1000,
+    asyncCommit: o.asyncCommit ?? false,
+    leaseMs: o.leaseMs ?? 30_000,
+    heartbeatMs: o.heartbeatMs ?? 1000,
+    pollMs: o.pollMs ?? 1000,
+    maintenanceMs: o.maintenanceMs ?? 500,
+    shutdownTimeoutMs: o.shutdownTimeoutMs ?? 10_000,
+    name: o.name,
+  };
+}

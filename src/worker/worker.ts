@@ -1,0 +1,695 @@
+import { hostname } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { toJson } from '../client/json.js';
+import type { Database } from '../db/connection.js';
+import { Listener } from '../db/listener.js';
+import { channels } from '../db/schema.js';
+import {
+  JobCancelledError,
+  JobTimeoutError,
+  LeaseLostError,
+  TuskError,
+  TuskValidationError,
+  UnknownTaskError,
+  WorkerStoppingError,
+} from '../errors.js';
+import type { Logger } from '../log.js';
+import { checkSchema } from '../migrate/migrate.js';
+import { decideRetry, type RetryPolicy } from '../policies/backoff.js';
+import { equalWeights, sampleOrder, splitByWeight } from '../policies/weights.js';
+import { type ClaimedRow, claimJobs } from '../queries/claimJobs.js';
+import { type FinalState, finishJobs } from '../queries/finishJobs.js';
+import { maintainHistory } from '../queries/history.js';
+import { requeueJobs } from '../queries/requeueJobs.js';
+import { nextDueAt, promoteDueJobs } from '../queries/schedule.js';
+import { heartbeat, maintain, registerWorker, unregisterWorker } from '../queries/workers.js';
+import { fireDueSchedules } from '../schedules/fire.js';
+import { validatePayload } from '../tasks/schema.js';
+import type { SourceRegistry } from '../tasks/sources.js';
+import { VERSION } from '../version.js';
+import { ActiveJob } from './activeJob.js';
+import { Batcher } from './batcher.js';
+import { errorRecord } from './errorRecord.js';
+import { Fifo } from './fifo.js';
+import {
+  DEFAULT_TIMEOUT_MS,
+  type ResolvedWorkerOptions,
+  resolveWorkerOptions,
+  type TaskDefinition,
+  type WorkerOptions,
+} from './options.js';
+
+/** What a worker needs from its Tusk instance. */
+export interface WorkerHost {
+  schema: string;
+  /** Tasks given to `new Tusk()`: used when the worker is given none. */
+  tasks: Map<string, TaskDefinition>;
+  /** Classes registered with `tusk.register`: their jobs run in every worker. */
+  sources: SourceRegistry;
+  log: Logger;
+  maxPayloadBytes: number;
+  database(): Promise<Database>;
+  forget(worker: Worker): void;
+}
+
+/** Counts since the worker started. */
+export interface WorkerCounters {
+  claimed: number;
+  succeeded: number;
+  retried: number;
+  dead: number;
+  cancelled: number;
+  /** Attempts whose outcome was dropped because the lease was lost. */
+  lost: number;
+}
+
+/** `final`: a failure no retry can mend (a payload its task's schema refuses). */
+type Outcome = { ok: true; result: string } | { ok: false; error: unknown; final?: boolean };
+
+/** 'auto' prefetch buffers about this much work (ms of handler time per slot). */
+const PREFETCH_WINDOW_MS = 25;
+const MAX_AUTO_PREFETCH = 2000;
+/** After a server restart, workers get this long to reconnect before their jobs are reaped. */
+const RESTART_GRACE_MS = 10_000;
+/** History upkeep (partitions ahead, retention): at start, then this often. */
+const HISTORY_MAINTENANCE_MS = 60_000;
+/** Rows deleted per retention transaction, and batches per upkeep before yielding. */
+const HISTORY_BATCH = 10_000;
+const HISTORY_BATCHES = 100;
+
+/**
+ * Runs jobs: claims them in batches (fairly across tenants), runs their handlers with
+ * bounded concurrency, writes outcomes back in batches, keeps their leases alive, and
+ * takes part in crash recovery. Create it with `tusk.worker(...)`.
+ *
+ * @example
+ * const worker = tusk.worker({
+ *   tasks: { send_email: async ({ to }, ctx) => { ctx.stats({ sent: 1 }); return { ok: true }; } },
+ *   concurrency: 16,
+ * });
+ * await worker.start();
+ * // ...
+ * await worker.stop(); // lets running jobs finish (shutdownTimeoutMs), releases the rest
+ */
+export class Worker {
+  readonly counters: WorkerCounters = { claimed: 0, succeeded: 0, retried: 0, dead: 0, cancelled: 0, lost: 0 };
+  readonly #host: WorkerHost;
+  readonly #opts: ResolvedWorkerOptions;
+  #db: Database | null = null;
+  #listener: Listener | null = null;
+  #id: number | null = null;
+  #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
+  #stopped: Promise<void> | null = null;
+  #loops: Promise<void>[] = [];
+  /** Jobs asked for by claims in flight. */
+  #claiming = 0;
+  /** Claimed ahead, not started yet. */
+  readonly #buffer = new Fifo<ActiveJob>();
+  readonly #active = new Map<string, ActiveJob>();
+  #avgRunMs: number | null = null;
+  #dueAt: number | null = null;
+  #timers: NodeJS.Timeout[] = [];
+  #woken = false;
+  /** Notifications received so far: a claim that overlapped one may have missed its jobs. */
+  #notifications = 0;
+  readonly #sleepers = new Set<() => void>();
+  #busy = new Set<string>();
+  /** When the last heartbeat that confirmed the held jobs' leases was sent (performance.now()). */
+  #leasesCheckedAt = 0;
+  /** When the listening connection (which holds the worker's lock) was last lost. */
+  #disconnectedAt = Number.NEGATIVE_INFINITY;
+  #settledWaiters: Array<() => void> = [];
+  readonly #finishers: Record<Exclude<FinalState, 'expired'>, Batcher<string>>;
+  readonly #requeuer: Batcher<string>;
+  /** Timer checking the running jobs' time limits (one for all of them, not one per job). */
+  #sweeper: NodeJS.Timeout | null = null;
+  #sweepEvery = Number.POSITIVE_INFINITY;
+
+  constructor(host: WorkerHost, options: WorkerOptions) {
+    this.#host = host;
+    this.#opts = resolveWorkerOptions(options, host.tasks, host.sources.size > 0);
+    const finisher = (state: FinalState) =>
+      new Batcher<string>((items) => this.#writeFinished(state, items), this.#opts.batchSize);
+    this.#finishers = { succeeded: finisher('succeeded'), dead: finisher('dead'), cancelled: finisher('cancelled') };
+    this.#requeuer = new Batcher<string>((items) => this.#writeRequeued(items), this.#opts.batchSize);
+  }
+
+  /** The worker's id in the workers table (null before start). */
+  get id(): number | null {
+    return this.#id;
+  }
+
+  /** Where the worker is in its life. */
+  get state(): 'new' | 'starting' | 'running' | 'stopping' | 'stopped' {
+    return this.#state;
+  }
+
+  /** Jobs whose handlers are running now. */
+  get running(): number {
+    return this.#active.size;
+  }
+
+  /** Registers the worker and starts claiming. Throws if the schema is not migrated. */
+  async start(): Promise<void> {
+    if (this.#state !== 'new') throw new TuskError(`worker cannot start: it is ${this.#state}`);
+    this.#state = 'starting';
+    try {
+      const db = await this.#host.database();
+      this.#db = db;
+      await checkSchema(db.pool, this.#host.schema);
+      const names = channels(this.#host.schema);
+      this.#listener = new Listener({
+        label: 'worker',
+        clientConfig: db.clientConfig,
+        channels: [names.jobs, names.cancel],
+        log: this.#host.log,
+        onNotification: (channel, payload) => (channel === names.cancel ? this.#cancelled(payload) : this.#notified()),
+        onConnect: async (client) => {
+          this.#id = await registerWorker(client, this.#host.schema, {
+            id: this.#id,
+            name: this.#opts.name ?? `${hostname()}:${process.pid}`,
+            host: hostname(),
+            pid: process.pid,
+            queues: this.#queueNames(),
+            concurrency: this.#opts.concurrency,
+            version: VERSION,
+          });
+          this.#wakeUp();
+        },
+        // the worker may look dead meanwhile and its jobs be handed to others: buffered
+        // jobs wait for a heartbeat on the new connection before they start
+        onDisconnect: () => {
+          this.#disconnectedAt = performance.now();
+        },
+      });
+      await this.#listener.start();
+    } catch (error) {
+      this.#state = 'stopped';
+      await this.#listener?.stop();
+      this.#host.forget(this);
+      throw error;
+    }
+    this.#state = 'running';
+    this.#every(this.#opts.heartbeatMs, 'heartbeat', () => this.#heartbeat());
+    this.#every(this.#opts.maintenanceMs, 'maintenance', () => this.#maintain());
+    this.#every(this.#opts.maintenanceMs, 'schedules', () => this.#fireSchedules());
+    this.#every(HISTORY_MAINTENANCE_MS, 'history', () => this.#maintainHistory());
+    void this.#once('history', () => this.#maintainHistory());
+    // two claims in flight: one is executing in the database while the worker takes in
+    // the other's jobs (claims of unlimited tenants run in parallel)
+    this.#loops = [this.#fetchLoop(), this.#fetchLoop()];
+    this.#host.log.info(
+      { worker: this.#id, concurrency: this.#opts.concurrency, queues: this.#queueNames() ?? 'all' },
+      'worker started',
+    );
+  }
+
+  /**
+   * Stops claiming, gives back the jobs claimed ahead but not started, lets running jobs
+   * finish for up to `shutdownTimeoutMs`, then aborts the rest (`ctx.signal`) and returns
+   * them to the queue (the attempt counts). Safe to call twice.
+   */
+  stop(): Promise<void> {
+    if (this.#state === 'new') {
+      this.#state = 'stopped';
+      this.#host.forget(this);
+    }
+    if (this.#state === 'stopped') return this.#stopped ?? Promise.resolve();
+    this.#stopped ??= this.#shutdown();
+    return this.#stopped;
+  }
+
+  async #shutdown(): Promise<void> {
+    this.#state = 'stopping';
+    for (const timer of this.#timers) clearInterval(timer);
+    this.#wakeUp();
+    await Promise.all(this.#loops);
+    for (const held of this.#buffer.drain()) {
+      this.#requeuer.add(`{"id":"${held.row.id}","attempt":${held.row.attempts},"refund":true}`);
+    }
+    if (this.#active.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        this.#allSettled(),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, this.#opts.shutdownTimeoutMs);
+        }),
+      ]);
+      clearTimeout(timer);
+      for (const active of this.#active.values()) active.abort(new WorkerStoppingError());
+      await this.#allSettled();
+    }
+    if (this.#sweeper) clearInterval(this.#sweeper);
+    await this.#drainWrites();
+    const client = this.#listener?.client;
+    if (this.#id !== null && this.#db) {
+      await unregisterWorker(client ?? this.#db.pool, this.#host.schema, this.#id).catch((error) =>
+        this.#host.log.warn({ err: error }, 'could not unregister the worker'),
+      );
+    }
+    await this.#listener?.stop();
+    this.#state = 'stopped';
+    this.#host.forget(this);
+    this.#host.log.info({ worker: this.#id, ...this.counters }, 'worker stopped');
+  }
+
+  #drainWrites(): Promise<unknown> {
+    return Promise.all([...Object.values(this.#finishers), this.#requeuer].map((b) => b.drain()));
+  }
+
+  #allSettled(): Promise<void> {
+    if (this.#active.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#settledWaiters.push(resolve));
+  }
+
+  #queueNames(): string[] | null {
+    return this.#opts.queues?.map(([name]) => name) ?? null;
+  }
+
+  // ---- fetching ----------------------------------------------------------------------
+
+  async #fetchLoop(): Promise<void> {
+    const db = this.#db as Database;
+    let emptyBackoffMs = 0;
+    let failures = 0;
+    let notificationsBefore = 0;
+    while (this.#state === 'running') {
+      const want = this.#want();
+      if (want === 0 || this.#id === null || !this.#listener?.connected) {
+        await this.#sleep(this.#opts.pollMs);
+        continue;
+      }
+      let rows: ClaimedRow[];
+      try {
+        if (this.#dueAt !== null && Date.now() >= this.#dueAt) {
+          this.#dueAt = null;
+          await promoteDueJobs(db.pool, this.#host.schema);
+        }
+        notificationsBefore = this.#notifications;
+        this.#claiming += want;
+        try {
+          rows = await this.#claim(db, this.#id, want);
+        } finally {
+          this.#claiming -= want;
+        }
+        failures = 0;
+      } catch (error) {
+        failures++;
+        if (failures === 1 || failures % 20 === 0) {
+          this.#host.log.warn({ err: error, failures }, 'claiming jobs failed; retrying');
+        }
+        await this.#sleep(Math.min(5000, 50 * 2 ** failures));
+        continue;
+      }
+      this.counters.claimed += rows.length;
+      const claimedAt = performance.now();
+      for (const row of rows) this.#buffer.push(new ActiveJob(row, claimedAt));
+      this.#pump();
+      if (rows.length > 0) {
+        // jobs were there: an empty claim next is probably a tenant row locked by another
+        // claim for a moment, so look again soon before falling back to notifications
+        emptyBackoffMs = 2;
+        continue;
+      }
+      // a notification came in while this claim ran: its snapshot, or a tenant row another
+      // claim held for a moment, may have hidden the new jobs, so look again soon
+      if (emptyBackoffMs === 0 && this.#notifications !== notificationsBefore) emptyBackoffMs = 2;
+      let waitMs = this.#opts.pollMs;
+      if (emptyBackoffMs > 0 && emptyBackoffMs <= 256) {
+        waitMs = emptyBackoffMs;
+        emptyBackoffMs *= 2;
+      } else {
+        emptyBackoffMs = 0;
+      }
+      await this.#refreshDue();
+      if (this.#dueAt !== null) waitMs = Math.min(waitMs, this.#dueAt - Date.now());
+      await this.#sleep(Math.max(0, waitMs));
+    }
+  }
+
+  /**
+   * Claims up to `want` jobs. Queues of equal weight (or all queues) are claimed together;
+   * with different weights the slots are split by weighted sampling and claimed queue by
+   * queue, a queue that comes up short passing its remainder on to the next.
+   */
+  async #claim(db: Database, worker: number, want: number): Promise<ClaimedRow[]> {
+    const claim = (queues: string[] | null, limit: number) =>
+      claimJobs(db.pool, this.#host.schema, { worker, limit, leaseMs: this.#opts.leaseMs, queues, asyncCommit: true });
+    const queues = this.#opts.queues;
+    if (!queues || equalWeights(queues)) return claim(this.#queueNames(), want);
+    const split = splitByWeight(queues, want);
+    const asked = new Set(split.map(([q]) => q));
+    const rest = sampleOrder(queues.filter(([q]) => !asked.has(q))).map((q): [string, number] => [q, 0]);
+    const batches: ClaimedRow[][] = [];
+    let carry = 0;
+    for (const [queue, share] of [...split, ...rest]) {
+      const limit = share + carry;
+      if (limit === 0) continue;
+      const got = await claim([queue], limit);
+      batches.push(got);
+      carry = limit - got.length;
+    }
+    return interleave(batches);
+  }
+
+  /** How many jobs to claim now (0: not worth a round trip yet). */
+  #want(): number {
+    const ahead = this.#prefetchTarget();
+    const held = this.#active.size + this.#buffer.length;
+    const room = this.#opts.concurrency + ahead - held - this.#claiming;
+    const unwritten = this.#requeuer.size + Object.values(this.#finishers).reduce((n, b) => n + b.size, 0);
+    if (unwritten > 2 * this.#opts.batchSize) return 0;
+    // with work in hand, wait until half the window is free: fewer, bigger claims (per-claim
+    // overhead dominated at ~170 jobs a claim; ~500+ doubled the drain rate)
+    const least = held > 0 ? Math.max(1, Math.floor((this.#opts.concurrency + ahead) / 2)) : 1;
+    return room >= least ? Math.min(room, this.#opts.batchSize) : 0;
+  }
+
+  #prefetchTarget(): number {
+    const { prefetch, concurrency } = this.#opts;
+    if (prefetch !== 'auto') return prefetch;
+    if (this.#avgRunMs === null) return 0;
+    const target = Math.round((concurrency * PREFETCH_WINDOW_MS) / Math.max(this.#avgRunMs, 0.01));
+    return Math.min(MAX_AUTO_PREFETCH, target);
+  }
+
+  async #refreshDue(): Promise<void> {
+    try {
+      const at = await nextDueAt((this.#db as Database).pool, this.#host.schema);
+      this.#dueAt = at ? at.getTime() : null;
+    } catch {
+      this.#dueAt = null;
+    }
+  }
+
+  #notified(): void {
+    // one claim loop is enough for what a notification announces; the other follows if
+    // that claim comes back full
+    if (this.#state !== 'running') return;
+    this.#notifications++;
+    const [first] = this.#sleepers;
+    if (first) first();
+    else this.#woken = true;
+  }
+
+  #sleep(ms: number): Promise<void> {
+    if (this.#woken || this.#state !== 'running') {
+      this.#woken = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.#sleepers.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.#sleepers.add(done);
+    });
+  }
+
+  #wakeUp(): void {
+    if (this.#sleepers.size === 0) this.#woken = true;
+    for (const wake of [...this.#sleepers]) wake();
+  }
+
+  // ---- running -----------------------------------------------------------------------
+
+  #pump(): void {
+    while (this.#state === 'running' && this.#active.size < this.#opts.concurrency && this.#buffer.length > 0) {
+      // a buffered job whose lease may have run out while this process stood still (frozen,
+      // a long pause) may be another worker's by now: the heartbeat tells, then we go on
+      const next = this.#buffer.peek() as ActiveJob;
+      const checkedAt = Math.max(next.claimedAt, this.#leasesCheckedAt);
+      if (performance.now() - checkedAt > this.#opts.leaseMs / 2 || checkedAt < this.#disconnectedAt) {
+        void this.#once('heartbeat', () => this.#heartbeat());
+        return;
+      }
+      const job = this.#buffer.shift() as ActiveJob;
+      this.#active.set(job.row.id, job);
+      void this.#execute(job);
+    }
+  }
+
+  async #execute(job: ActiveJob): Promise<void> {
+    const task = this.#opts.tasks.get(job.row.task) ?? this.#host.sources.definition(job.row.task);
+    let outcome: Outcome;
+    try {
+      if (!task?.handler) {
+        const known =
+          [...this.#opts.tasks.entries()]
+            .filter(([, t]) => t.handler)
+            .map(([k]) => JSON.stringify(k))
+            .concat(this.#host.sources.names())
+            .join(', ') || 'none';
+        throw new UnknownTaskError(
+          `no handler for task ${JSON.stringify(job.row.task)} in this worker (it has: ${known})`,
+        );
+      }
+      let payload = job.row.payload;
+      if (task.schema) {
+        try {
+          payload = await validatePayload(task.schema, payload, 'payload', job.row.task);
+        } catch (error) {
+          if (error instanceof TuskValidationError) {
+            this.#settle(job, task, { ok: false, error, final: true });
+            return;
+          }
+          throw error;
+        }
+      }
+      const timeoutMs = task.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : task.timeoutMs;
+      if (timeoutMs !== null) this.#watchDeadlines(timeoutMs);
+      const value = await job.run(task.handler, timeoutMs, payload);
+      outcome = {
+        ok: true,
+        result: value === undefined ? 'null' : toJson(value, 'result', this.#host.maxPayloadBytes),
+      };
+    } catch (error) {
+      outcome = { ok: false, error };
+    }
+    this.#settle(job, task, outcome);
+  }
+
+  /**
+   * Starts (or tightens) the sweep that aborts jobs past their time limit: every quarter
+   * of the shortest limit seen, between 25 ms and 1 s. A timer per job would allocate one
+   * per job, which is measurable at tens of thousands of jobs a second.
+   */
+  #watchDeadlines(timeoutMs: number): void {
+    const every = Math.min(1000, Math.max(25, Math.floor(timeoutMs / 4)));
+    if (this.#sweepEvery <= every) return;
+    if (this.#sweeper) clearInterval(this.#sweeper);
+    this.#sweepEvery = every;
+    this.#sweeper = setInterval(() => {
+      const now = performance.now();
+      for (const job of this.#active.values()) {
+        if (job.deadline <= now && !job.aborted)
+          job.abort(new JobTimeoutError(Math.round(job.deadline - job.startedAt)));
+      }
+    }, every);
+    this.#sweeper.unref();
+  }
+
+  #settle(job: ActiveJob, task: TaskDefinition | undefined, outcome: Outcome): void {
+    const { row } = job;
+    this.#active.delete(row.id);
+    const runMs = job.startedAt ? performance.now() - job.startedAt : 0;
+    this.#avgRunMs = this.#avgRunMs === null ? runMs : this.#avgRunMs * 0.9 + runMs * 0.1;
+    let extra = '';
+    if (job.stats) {
+      try {
+        extra = `,"stats":${toJson(job.stats, 'stats', this.#host.maxPayloadBytes)}`;
+      } catch (error) {
+        if (outcome.ok) outcome = { ok: false, error };
+      }
+    }
+    const entry = (more: string) =>
+      `{"id":"${row.id}","attempt":${row.attempts},"run_ms":${Math.round(runMs)},` +
+      `"queued_ms":${Math.round((job.startedAt || job.claimedAt) - job.claimedAt)}${extra}${more}}`;
+    const reason = job.reason;
+
+    if (job.lost) {
+      this.counters.lost++;
+    } else if (outcome.ok) {
+      this.counters.succeeded++;
+      this.#finishers.succeeded.add(entry(`,"result":${outcome.result}`));
+    } else {
+      const error = `,"error":${JSON.stringify(errorRecord(outcome.error, row.attempts))}`;
+      if (reason instanceof WorkerStoppingError) {
+        this.#requeuer.add(entry(error));
+      } else if (reason instanceof JobCancelledError) {
+        this.counters.cancelled++;
+        this.#finishers.cancelled.add(entry(error));
+      } else {
+        // the job's own retry settings (from its enqueue) over its task's
+        const policy = row.retry ? { ...task?.retry, ...(row.retry as RetryPolicy) } : task?.retry;
+        const decision = outcome.final
+          ? ({ retry: false } as const)
+          : decideRetry(policy, outcome.error, row.attempts, row.max_attempts);
+        if (decision.retry) {
+          this.counters.retried++;
+          const queue = decision.queue ? `,"queue":${JSON.stringify(decision.queue)}` : '';
+          this.#requeuer.add(entry(`${error},"delay_ms":${decision.delayMs}${queue}`));
+        } else {
+          this.counters.dead++;
+          this.#finishers.dead.add(entry(error));
+        }
+      }
+    }
+    if (this.#active.size === 0) for (const resolve of this.#settledWaiters.splice(0)) resolve();
+    this.#pump();
+    if (this.#want() > 0) this.#wakeUp();
+  }
+
+  // ---- writing outcomes ---------------------------------------------------------------
+
+  async #writeFinished(state: FinalState, items: string[]): Promise<void> {
+    const done = await this.#retrying(`finishing jobs as ${state}`, () =>
+      finishJobs((this.#db as Database).pool, this.#host.schema, state, `[${items.join(',')}]`, this.#opts.asyncCommit),
+    );
+    this.#reportFenced(items.length, done ?? 0, state);
+    this.#wakeUp();
+  }
+
+  async #writeRequeued(items: string[]): Promise<void> {
+    const done = await this.#retrying('requeueing jobs', () =>
+      requeueJobs((this.#db as Database).pool, this.#host.schema, `[${items.join(',')}]`, this.#opts.asyncCommit),
+    );
+    this.#reportFenced(items.length, done ?? 0, 'requeued');
+    this.#wakeUp();
+  }
+
+  #reportFenced(sent: number, written: number, what: string): void {
+    if (written < sent) {
+      this.#host.log.warn(
+        { jobs: sent - written, outcome: what },
+        'outcomes dropped: those jobs were no longer held by this worker (lease lost and re-claimed, or cancelled)',
+      );
+    }
+  }
+
+  /** Runs a write until it succeeds or the leases it protects have run out. */
+  async #retrying<T>(what: string, write: () => Promise<T>): Promise<T | null> {
+    const deadline = Date.now() + this.#opts.leaseMs;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await write();
+      } catch (error) {
+        if (Date.now() > deadline) {
+          this.#host.log.error({ err: error }, `${what} failed for good; crash recovery will re-run those jobs`);
+          return null;
+        }
+        if (attempt === 1) this.#host.log.warn({ err: error }, `${what} failed; retrying`);
+        await new Promise((r) => setTimeout(r, Math.min(2000, 25 * 2 ** attempt)));
+      }
+    }
+  }
+
+  // ---- liveness ----------------------------------------------------------------------
+
+  #every(ms: number, what: string, fn: () => Promise<void>): void {
+    this.#timers.push(setInterval(() => void this.#once(what, fn), ms));
+  }
+
+  /** Runs `fn` unless it is already running (or the worker is not). */
+  async #once(what: string, fn: () => Promise<void>): Promise<void> {
+    if (this.#busy.has(what) || this.#state !== 'running') return;
+    this.#busy.add(what);
+    try {
+      await fn();
+    } catch (error) {
+      this.#host.log.debug({ err: error }, `${what} failed`);
+    } finally {
+      this.#busy.delete(what);
+    }
+  }
+
+  async #heartbeat(): Promise<void> {
+    const db = this.#db as Database;
+    if (this.#id === null || !this.#listener?.connected) return;
+    const sentAt = performance.now();
+    const held = [...this.#active.keys()];
+    for (const job of this.#buffer) held.push(job.row.id);
+    const result = await heartbeat(db.pool, this.#host.schema, this.#id, held, this.#opts.leaseMs);
+    if (!result.alive && this.#listener.client) {
+      // our row was reaped while the connection lived on (e.g. after a long stall)
+      this.#id = await registerWorker(this.#listener.client, this.#host.schema, {
+        id: this.#id,
+        name: this.#opts.name ?? `${hostname()}:${process.pid}`,
+        host: hostname(),
+        pid: process.pid,
+        queues: this.#queueNames(),
+        concurrency: this.#opts.concurrency,
+        version: VERSION,
+      });
+    }
+    for (const id of result.cancelled) this.#cancelled(id);
+    for (const id of result.lost) this.#lost(id);
+    // the leases of the jobs still held run at least half a lease from sentAt
+    this.#leasesCheckedAt = sentAt;
+    this.#pump();
+  }
+
+  async #maintain(): Promise<void> {
+    const done = await maintain((this.#db as Database).pool, this.#host.schema, RESTART_GRACE_MS);
+    if (done && (done.released || done.dead || done.expired)) this.#host.log.debug(done, 'maintenance');
+  }
+
+  /** Enqueues due schedule ticks, a little ahead so that their jobs start on time. */
+  async #fireSchedules(): Promise<void> {
+    const lookaheadMs = Math.max(1000, 2 * this.#opts.maintenanceMs);
+    const done = await fireDueSchedules((this.#db as Database).pool, this.#host.schema, lookaheadMs);
+    for (const { name, error } of done?.errors ?? []) {
+      this.#host.log.warn({ err: error, schedule: name }, 'schedule skipped: its expression cannot be read');
+    }
+    if (done?.jobs) this.#host.log.debug(done, 'schedule ticks enqueued');
+  }
+
+  /** Partitions ahead and retention, a batch per transaction, until done or for a while. */
+  async #maintainHistory(): Promise<void> {
+    for (let i = 0; i < HISTORY_BATCHES && this.#state === 'running'; i++) {
+      const done = await maintainHistory((this.#db as Database).pool, this.#host.schema, HISTORY_BATCH);
+      if (done && (done.dropped.length > 0 || done.deleted > 0)) {
+        this.#host.log.info(done, 'history retention applied');
+      }
+      if (!done?.more) return;
+    }
+  }
+
+  #cancelled(id: string): void {
+    const active = this.#active.get(id);
+    if (active) {
+      active.abort(new JobCancelledError());
+      return;
+    }
+    const held = this.#buffer.remove((job) => job.row.id === id);
+    if (held) {
+      this.counters.cancelled++;
+      this.#finishers.cancelled.add(`{"id":"${held.row.id}","attempt":${held.row.attempts}}`);
+    }
+  }
+
+  #lost(id: string): void {
+    const active = this.#active.get(id);
+    if (active) {
+      active.lost = true;
+      active.abort(new LeaseLostError('the lease of this job was lost; another worker may run it'));
+      return;
+    }
+    if (this.#buffer.remove((job) => job.row.id === id)) this.counters.lost++;
+  }
+}
+
+/**
+ * Merges per-queue batches so that each queue's jobs are spread over the whole run in
+ * proportion (800 critical and 100 default: a default job after every 8 critical ones),
+ * each batch keeping its own order.
+ */
+function interleave(batches: ClaimedRow[][]): ClaimedRow[] {
+  if (batches.length < 2) return batches[0] ?? [];
+  return batches
+    .flatMap((batch) => batch.map((row, i) => ({ row, at: (i + 0.5) / batch.length })))
+    .sort((a, b) => a.at - b.at)
+    .map((x) => x.row);
+}

@@ -1,0 +1,33 @@
+import { randomBytes } from 'node:crypto';
+import { type ConnectionOptions, Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+
+/** The machine's Redis (CI starts it). */
+export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+export interface BullJob {
+  id: string;
+  name: string;
+  data: unknown;
+  opts: { delay?: number; attempts?: number; priority?: number };
+}
+
+/** A BullMQ queue with a name of its own, read back by tests and removed by close(). */
+export function testQueue(label: string) {
+  const name = `tusk-test-${label}-${randomBytes(3).toString('hex')}`;
+  const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+  const queue = new Queue(name, { connection: connection as unknown as ConnectionOptions });
+  return {
+    name,
+    /** Every job not yet processed, oldest first. */
+    async jobs(): Promise<BullJob[]> {
+      const jobs = await queue.getJobs(['waiting', 'delayed', 'prioritized'], 0, -1, true);
+      return jobs.map((j) => ({ id: String(j.id), name: j.name, data: j.data, opts: j.opts }));
+    },
+    async close() {
+      await queue.obliterate({ force: true });
+      await queue.close();
+      await connection.quit();
+    },
+  };
+}

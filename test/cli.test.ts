@@ -1,0 +1,260 @@
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cliEnv, exited, startWorker, tusk } from './cli.js';
+import { eventually, useTestDb } from './helpers.js';
+
+const db = useTestDb(import.meta.url);
+const env = () => cliEnv(db.url, db.schema);
+
+beforeAll(async () => {
+  await db.tusk.migrate();
+  await db.pool.query(
+    `CREATE TABLE "${db.schema}".executions (job_id bigint, attempt int, pid int, at timestamptz DEFAULT clock_timestamp())`,
+  );
+});
+afterAll(() => db.pool.query(`DROP TABLE IF EXISTS "${db.schema}".executions`));
+
+describe('tusk CLI', () => {
+  it('migrate: up to date, and a fresh schema with --schema', async () => {
+    expect((await tusk(env(), 'migrate')).stdout).toMatch(/is up to date/);
+    const schema = `${db.schema}_cli`;
+    try {
+      const r = await tusk(env(), 'migrate', '--schema', schema);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toMatch(new RegExp(`schema "${schema}" migrated from version 0`));
+    } finally {
+      await db.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    }
+  });
+
+  it('enqueue prints the id; status prints the job as JSON', async () => {
+    const r = await tusk(
+      env(),
+      'enqueue',
+      'hello',
+      '{"name":"cli"}',
+      '--tenant',
+      'acme',
+      '--queue',
+      'q1',
+      '--delay',
+      '60000',
+      '--priority',
+      '2',
+    );
+    expect(r.code).toBe(0);
+    const id = r.stdout.trim();
+    expect(id).toMatch(/^\d+$/);
+    const s = await tusk(env(), 'status', id);
+    expect(s.code).toBe(0);
+    expect(JSON.parse(s.stdout)).toMatchObject({
+      id,
+      task: 'hello',
+      tenant: 'acme',
+      queue: 'q1',
+      state: 'scheduled',
+      priority: 2,
+      payload: { name: 'cli' },
+    });
+  });
+
+  it('tenants: set, pause, list, default, stats; bad slots refused', async () => {
+    const set = await tusk(env(), 'tenants', 'set', 'cli-acme', '--slots', '5', '--per-key', '2');
+    expect(set.code).toBe(0);
+    expect(set.stdout).toMatch(/cli-acme\s+5\s+2\s+-\s+forever\s+no/);
+    expect((await tusk(env(), 'tenants', 'pause', 'cli-acme')).stdout).toMatch(/cli-acme\s+5\s+2\s+-\s+forever\s+yes/);
+    expect(JSON.parse((await tusk(env(), 'tenants', 'get', 'cli-acme')).stdout)).toMatchObject({
+      slots: 5,
+      perKey: 2,
+      paused: true,
+    });
+    expect((await tusk(env(), 'tenants', 'default', '--slots', '3')).stdout).toMatch(/default slots: 3/);
+    expect((await tusk(env(), 'tenants', 'set', 'cli-acme', '--slots', 'default')).stdout).toMatch(/3 \(default\)/);
+    expect((await tusk(env(), 'tenants', 'default', '--slots', 'unlimited')).stdout).toMatch(
+      /default slots: unlimited/,
+    );
+    expect((await tusk(env(), 'tenants', 'list')).stdout).toMatch(/cli-acme/);
+    const bad = await tusk(env(), 'tenants', 'set', 'cli-acme', '--slots', '0');
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toMatch(/--slots takes a positive integer or default/);
+    const unknown = await tusk(env(), 'tenants', 'get', 'cli-nobody');
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/unknown tenant "cli-nobody"/);
+    const stats = await tusk(env(), 'stats', '--json');
+    expect(JSON.parse(stats.stdout)).toHaveProperty('queues');
+  });
+
+  it('tenants: rate limits and retention', async () => {
+    const set = await tusk(env(), 'tenants', 'set', 'cli-rated', '--rate', '100/60000', '--retention', '90 days');
+    expect(set.stdout).toMatch(/cli-rated\s+unlimited\s+-\s+100\/60000ms\s+90 days\s+no/);
+    expect(
+      (await tusk(env(), 'tenants', 'set', 'cli-rated', '--rate', 'none', '--retention', 'default')).stdout,
+    ).toMatch(/cli-rated\s+unlimited\s+-\s+-\s+forever/);
+    expect((await tusk(env(), 'tenants', 'default', '--retention', '30 days')).stdout).toMatch(
+      /default retention: 30 days/,
+    );
+    expect((await tusk(env(), 'tenants', 'default', '--retention', 'forever')).stdout).toMatch(
+      /default retention: forever/,
+    );
+    const bad = await tusk(env(), 'tenants', 'set', 'cli-rated', '--rate', '100');
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toMatch(/--rate takes <limit>\/<window ms>/);
+    const badRetention = await tusk(env(), 'tenants', 'set', 'cli-rated', '--retention', 'a while');
+    expect(badRetention.stderr).toMatch(/settings\.retention: must be a period like '30 days'/);
+  });
+
+  it('schedules: set, list, remove, sync a crontab file; `worker --crontab`; prune with progress', async () => {
+    const set = await tusk(
+      env(),
+      'schedules',
+      'set',
+      'cli-nightly',
+      '0 3 * * *',
+      '--task',
+      'report',
+      '--tz',
+      'Europe/Paris',
+      '--payload',
+      '{"a":1}',
+    );
+    expect(set.code).toBe(0);
+    expect(set.stdout).toMatch(/cli-nightly\s+0 3 \* \* \*\s+Europe\/Paris\s+report/);
+    const dir = await mkdtemp(join(tmpdir(), 'tusk-crontab-'));
+    const file = join(dir, 'tusk.crontab');
+    await writeFile(file, '# test\n*/10 * * * *  cli-ten  task=record queue=cron-cli {"ms": 1}\n0 4 * * *  cli-four\n');
+    const sync = await tusk(env(), 'schedules', 'sync', file);
+    expect(sync.stderr).toMatch(/2 schedules set/);
+    const list = JSON.parse((await tusk(env(), 'schedules', 'list', '--json')).stdout) as Array<{
+      name: string;
+      payload: unknown;
+    }>;
+    expect(list.map((s) => s.name).sort()).toEqual(['cli-four', 'cli-nightly', 'cli-ten']);
+    expect(list.find((s) => s.name === 'cli-ten')?.payload).toEqual({ ms: 1 });
+
+    await writeFile(file, '*/10 * * * *  cli-ten  task=record queue=cron-cli\n');
+    const worker = startWorker(env(), '-q', 'cron-cli', '--crontab', file);
+    try {
+      await eventually(async () => !(await tusk(env(), 'schedules', 'list')).stdout.includes('cli-four'), 20_000, 200);
+    } finally {
+      worker.kill('SIGTERM');
+    }
+    expect(await exited(worker)).toBe(0);
+    expect((await tusk(env(), 'schedules', 'remove', 'cli-nightly')).code).toBe(0);
+    const gone = await tusk(env(), 'schedules', 'remove', 'cli-nightly');
+    expect(gone.code).toBe(1);
+    expect(gone.stderr).toMatch(/no schedule named cli-nightly/);
+    const badCron = await tusk(env(), 'schedules', 'set', 'x', '99 * * * *');
+    expect(badCron.code).toBe(1);
+    expect(badCron.stderr).toMatch(/^tusk: cron: /);
+
+    await db.pool.query(
+      `INSERT INTO "${db.schema}".job_history (id, tenant, queue, task, payload, priority, state, attempts,
+         max_attempts, concurrency_key, created_at, run_at, finished_at)
+       SELECT 9000000 + g, 'cli-old', 'q', 't', 'null', 0, 'succeeded', 1, 5, '', f, f, f
+       FROM (SELECT g, now() - interval '20 days' - g * interval '1 minute' AS f FROM generate_series(1, 30) g) x`,
+    );
+    await tusk(env(), 'tenants', 'set', 'cli-old', '--retention', '10 days');
+    const prune = await tusk(env(), 'prune', '--batch', '10');
+    expect(prune.code).toBe(0);
+    expect(prune.stdout).toMatch(/deleted 10 rows, more to go/);
+    expect(prune.stdout).toMatch(/done in [\d.]+ s: 0 partitions dropped, 30 rows deleted/);
+  });
+
+  it('bad input: clear errors and exit code 1', async () => {
+    const badJson = await tusk(env(), 'enqueue', 'hello', '{nope');
+    expect(badJson.code).toBe(1);
+    expect(badJson.stderr).toMatch(/^tusk: payload: is not valid JSON/);
+    const badDelay = await tusk(env(), 'enqueue', 'hello', '{}', '--delay', '-5');
+    expect(badDelay.code).not.toBe(0);
+    expect(badDelay.stderr).toMatch(/--delay must be an integer >= 0/);
+    const missing = await tusk(env(), 'status', '123456789');
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/no job with id 123456789/);
+    const noModule = await tusk(env(), 'worker', '--require', './does-not-exist.mjs');
+    expect(noModule.code).toBe(1);
+  });
+
+  it('a worker started while the database is out of reach waits for it (no exit), and stops on SIGTERM', async () => {
+    const worker = startWorker({ ...env(), DATABASE_URL: 'postgres://postgres@127.0.0.1:1/none' });
+    let stderr = '';
+    worker.stderr?.on('data', (d) => {
+      stderr += d;
+    });
+    await eventually(() => (stderr.match(/cannot reach the database/g) ?? []).length >= 2, 10_000);
+    expect(stderr).toMatch(
+      /the worker cannot reach the database \(connect ECONNREFUSED 127\.0\.0\.1:1\); retrying in 0\.5 s/,
+    );
+    expect(worker.exitCode).toBeNull();
+    worker.kill('SIGTERM');
+    expect(await exited(worker)).toBe(0);
+  });
+
+  it('`tusk worker` runs the methods of the classes its module registers in setup(tusk)', async () => {
+    const worker = startWorker(env(), '-q', 'greet');
+    try {
+      // what tusk.async(greeter).greet('bob') enqueues, written out: any producer can
+      const { id } = await db.tusk.enqueue('Greeter.greet', ['bob'], {
+        queue: 'greet',
+        source: { type: 'Greeter', id: 'g1', method: 'greet' },
+      });
+      const job = await eventually(async () => {
+        const j = await db.tusk.getJob(id);
+        return j?.state === 'succeeded' || j?.state === 'failed' ? j : null;
+      }, 20_000);
+      expect(job).toMatchObject({
+        state: 'succeeded',
+        result: { greeting: 'g1 greets bob', pid: worker.pid },
+        source: { type: 'Greeter', id: 'g1', method: 'greet' },
+      });
+    } finally {
+      worker.kill('SIGTERM');
+    }
+    expect(await exited(worker)).toBe(0);
+  });
+
+  it('two `tusk worker` processes on 1 000 jobs: every job succeeds exactly once; SIGTERM stops them cleanly', async () => {
+    const workers = [startWorker(env(), '-q', 'two'), startWorker(env(), '-q', 'two', '--concurrency', '4')];
+    try {
+      await eventually(async () => (await db.rows(`SELECT id FROM $schema.workers`)).length === 2, 20_000);
+      const { ids } = await db.tusk.enqueueMany(
+        Array.from({ length: 1000 }, (_, i) => ({
+          task: 'record',
+          payload: { i, ms: 3 },
+          tenant: `t${i % 10}`,
+          queue: 'two',
+        })),
+      );
+      await eventually(
+        async () => {
+          const [row] = await db.rows<{ n: number }>(
+            `SELECT count(*)::int AS n FROM $schema.job_history WHERE queue = 'two'`,
+          );
+          return row?.n === 1000;
+        },
+        30_000,
+        100,
+      );
+      const perJob = await db.rows<{ job_id: string; n: number }>(
+        `SELECT job_id, count(*)::int AS n FROM $schema.executions WHERE job_id = ANY($1::bigint[]) GROUP BY 1`,
+        [ids],
+      );
+      expect(perJob).toHaveLength(1000);
+      expect(perJob.every((r) => r.n === 1)).toBe(true);
+      const states = await db.rows<{ state: string; n: number }>(
+        `SELECT state::text, count(*)::int AS n FROM $schema.job_history WHERE queue = 'two' GROUP BY 1`,
+      );
+      expect(states).toEqual([{ state: 'succeeded', n: 1000 }]);
+      const pids = await db.rows<{ pid: number }>(
+        `SELECT DISTINCT pid FROM $schema.executions WHERE job_id = ANY($1::bigint[])`,
+        [ids],
+      );
+      expect(pids.length).toBe(2);
+    } finally {
+      for (const w of workers) w.kill('SIGTERM');
+    }
+    expect(await Promise.all(workers.map(exited))).toEqual([0, 0]);
+    expect(await db.rows(`SELECT id FROM $schema.workers`)).toEqual([]);
+  });
+});

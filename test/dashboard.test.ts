@@ -1,0 +1,95 @@
+import { existsSync, mkdirSync } from 'node:fs';
+import { type Browser, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Listening } from '../src/index.js';
+import { useTestDb } from './helpers.js';
+
+// The dashboard in real headless Chromium (Debian's `chromium`, installed by .ci/run).
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const ARTIFACTS = new URL('../test-artifacts/', import.meta.url).pathname;
+const ADMIN = 'dashboard-test-admin-token';
+
+const db = useTestDb(import.meta.url);
+let browser: Browser;
+let listening: Listening;
+let page: Page;
+const pageErrors: Error[] = [];
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM))
+    throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium, or set CHROMIUM_PATH`);
+  mkdirSync(ARTIFACTS, { recursive: true });
+  listening = await (await db.tusk.server({ adminToken: ADMIN })).listen({ port: 0 });
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
+  page.on('pageerror', (error) => pageErrors.push(error));
+});
+afterAll(async () => {
+  await browser?.close();
+  await listening?.close();
+});
+
+/** The number a summary card of the overview shows. */
+const card = async (name: string) =>
+  Number(((await page.locator(`[data-count="${name}"] .value`).textContent()) ?? '').replace(/,/g, ''));
+
+describe('dashboard', () => {
+  it('signs in, shows counts changing while a worker runs, retries a dead job, shows an HTML payload as text', async () => {
+    await page.goto(`${listening.url}/?refresh=250`);
+    await page.getByLabel('token').fill(ADMIN);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.locator('[data-count="available"]').waitFor();
+    expect(await card('available')).toBe(0);
+
+    await db.tusk.enqueueMany(
+      Array.from({ length: 30 }, (_, i) => ({ task: 'work', payload: { i }, tenant: `t${i % 3}` })),
+    );
+    const hostile = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"><b>bold</b>';
+    const { id: deadId } = await db.tusk.enqueue('explode', { html: hostile }, { tenant: 't0', maxAttempts: 1 });
+    await expect.poll(() => card('available'), { timeout: 5_000 }).toBe(31);
+    expect(await card('succeeded')).toBe(0);
+
+    const worker = db.worker({
+      tasks: {
+        work: async () => {
+          await new Promise((r) => setTimeout(r, 40));
+          return { ok: true };
+        },
+        explode: async () => {
+          throw new Error('<b>kaboom</b>');
+        },
+      },
+      concurrency: 3,
+    });
+    await worker.start();
+    await expect.poll(() => card('succeeded'), { timeout: 10_000 }).toBe(30);
+    expect(await card('available')).toBe(0);
+    expect(await card('dead')).toBe(1);
+    expect(await card('workers')).toBe(1);
+    await page.locator('.chart canvas').first().waitFor();
+    await page.screenshot({ path: `${ARTIFACTS}dashboard-overview.png`, fullPage: true });
+    await worker.stop();
+
+    // the dead job from the job list, then its page
+    await page.goto(`${listening.url}/?refresh=250#/jobs?state=dead`);
+    const row = page.locator('tbody tr', { hasText: 'explode' });
+    await row.locator(`a[href="#/jobs/${deadId}"]`).click();
+    await page.getByRole('heading', { name: `Job ${deadId}` }).waitFor();
+    expect(await page.locator('.page-head [data-state]').getAttribute('data-state')).toBe('dead');
+    const payload = page.locator('section', { hasText: 'Payload' }).locator('pre');
+    expect(await payload.textContent()).toContain(hostile.replaceAll('"', '\\"'));
+    expect(await page.locator('.attempts .msg').textContent()).toBe('<b>kaboom</b>');
+    expect(await page.locator('main script, main img, main b').count()).toBe(0);
+    expect(await page.evaluate(() => (globalThis as { __pwned?: number }).__pwned)).toBeUndefined();
+    await page.screenshot({ path: `${ARTIFACTS}dashboard-dead-job.png`, fullPage: true });
+
+    await page.getByRole('button', { name: 'Retry' }).click();
+    await expect
+      .poll(() => page.locator('.page-head [data-state]').getAttribute('data-state'), { timeout: 5_000 })
+      .toBe('available');
+    expect((await db.tusk.getJob(deadId))?.state).toBe('available');
+    expect(await page.getByRole('button', { name: 'Retry' }).isDisabled()).toBe(true);
+    await page.screenshot({ path: `${ARTIFACTS}dashboard-retried-job.png`, fullPage: true });
+    expect(pageErrors).toEqual([]);
+  });
+});

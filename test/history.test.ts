@@ -1,0 +1,150 @@
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { type PruneBatch, TuskValidationError } from '../src/index.js';
+import { eventually, useTestDb } from './helpers.js';
+
+const db = useTestDb(import.meta.url);
+const DAY = 24 * 3600_000;
+
+/** Day partitions of job_history (names job_history_YYYYMMDD), oldest first. */
+async function partitions(): Promise<string[]> {
+  const rows = await db.rows<{ name: string }>(
+    `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+     WHERE i.inhparent = '$schema.job_history'::regclass AND c.relname ~ '^job_history_[0-9]{8}$' ORDER BY 1`,
+  );
+  return rows.map((r) => r.name);
+}
+
+const dayName = (msAgo: number) =>
+  `job_history_${new Date(Date.now() - msAgo).toISOString().slice(0, 10).replaceAll('-', '')}`;
+
+/** Finished jobs of `tenant`, one every `everyHours` hours over the last `days` days (ids from `firstId`). */
+async function insertHistory(tenant: string, days: number, everyHours: number, firstId: number): Promise<number> {
+  const { rowCount } = await db.pool.query(
+    `INSERT INTO "${db.schema}".job_history (id, tenant, queue, task, payload, priority, state, attempts,
+       max_attempts, concurrency_key, created_at, run_at, started_at, finished_at)
+     SELECT $2 + g, $1, 'hist', 'old', jsonb_build_object('g', g), 0, 'succeeded', 1, 5, '', f, f, f, f
+     FROM (SELECT g, now() - g * $3 * interval '1 hour' - interval '5 minutes' AS f
+           FROM generate_series(0, $4 * 24 / $3) g) x`,
+    [tenant, firstId, everyHours, days],
+  );
+  return rowCount ?? 0;
+}
+
+const count = async (tenant: string, olderThanDays = 0) =>
+  (
+    await db.rows<{ n: number }>(
+      `SELECT count(*)::int AS n FROM $schema.job_history WHERE tenant = $1 AND finished_at < now() - $2 * interval '1 day'`,
+      [tenant, olderThanDays],
+    )
+  )[0]?.n ?? 0;
+
+describe('history partitions and retention', () => {
+  it('partitions are created days ahead', async () => {
+    const names = await partitions();
+    for (const days of [-1, 0, 1, 2, 3]) expect(names).toContain(dayName(-days * DAY));
+  });
+
+  it('rows of days without a partition (no upkeep ran) are moved into new day partitions', async () => {
+    const n = await insertHistory('rot-a', 40, 6, 1_000_000);
+    const [stray] = await db.rows<{ n: number }>(`SELECT count(*)::int AS n FROM $schema.job_history_default`);
+    expect(stray?.n).toBeGreaterThan(100); // older than yesterday: no partition yet
+    await db.tusk.prune();
+    expect((await db.rows(`SELECT 1 FROM $schema.job_history_default`)).length).toBe(0);
+    expect(await partitions()).toContain(dayName(39 * DAY));
+    expect(await count('rot-a')).toBe(n); // no retention yet: nothing removed
+    // still found by id and in the tenant's list
+    expect((await db.tusk.getJob(1_000_000 + 150))?.tenant).toBe('rot-a');
+    const recent = await db.tusk.finishedJobs({ tenant: 'rot-a', limit: 5 });
+    expect(recent.map((j) => j.id)).toEqual(['1000000', '1000001', '1000002', '1000003', '1000004']);
+    const older = await db.tusk.finishedJobs({ tenant: 'rot-a', limit: 2, before: recent[4]?.finishedAt as Date });
+    expect(older.map((j) => j.id)).toEqual(['1000005', '1000006']);
+  });
+
+  it('retention drops whole partitions past the longest retention; shorter tenants lose rows in batches', async () => {
+    await insertHistory('rot-b', 40, 6, 2_000_000);
+    await insertHistory('rot-short', 40, 6, 3_000_000);
+    await db.tusk.tenants.set('rot-short', { retention: '5 days' });
+    await db.tusk.tenants.setDefault({ retention: '30 days' });
+    expect(await db.tusk.tenants.get('rot-short')).toMatchObject({ retention: '5 days', ownRetention: '5 days' });
+    expect(await db.tusk.tenants.getDefault()).toEqual({ slots: null, retention: '30 days' });
+    expect(await db.tusk.tenants.set('rot-b', {})).toMatchObject({ retention: '30 days', ownRetention: null });
+
+    const batches: PruneBatch[] = [];
+    const total = await db.tusk.prune({ batch: 20, onProgress: (b) => batches.push(b) });
+    expect(total.dropped).toContain(dayName(35 * DAY));
+    expect(total.dropped).not.toContain(dayName(20 * DAY));
+    expect(await partitions()).not.toContain(dayName(31 * DAY));
+    expect(batches.length).toBeGreaterThan(2); // 20 rows at a time
+    expect(batches.every((b) => b.deleted <= 20)).toBe(true);
+    // the partition holding the cutoff stays whole: at most a day more than the retention
+    for (const tenant of ['rot-a', 'rot-b']) {
+      expect(await count(tenant, 31)).toBe(0);
+      expect(await count(tenant, 29)).toBeGreaterThan(0);
+    }
+    expect(await count('rot-short', 5)).toBe(0);
+    expect(await count('rot-short', 4)).toBeGreaterThan(0);
+    expect(await db.tusk.getJob(3_000_000 + 30)).toBeNull(); // 7.5 days old
+    expect((await db.tusk.prune()).deleted).toBe(0); // nothing left to do
+  });
+
+  it('a tenant kept longer than the default keeps the partitions; the others lose their rows past the default', async () => {
+    await insertHistory('rot-long', 40, 6, 4_000_000);
+    await insertHistory('rot-c', 40, 6, 5_000_000);
+    await db.tusk.tenants.setDefault({ retention: '10 days' });
+    await db.tusk.tenants.set('rot-long', { retention: '20 days' });
+    const { dropped } = await db.tusk.prune({ batch: 1000 });
+    expect(dropped).toContain(dayName(22 * DAY));
+    expect(await partitions()).toContain(dayName(15 * DAY));
+    expect(await count('rot-long', 21)).toBe(0);
+    expect(await count('rot-long', 15)).toBeGreaterThan(0);
+    for (const tenant of ['rot-c', 'rot-a']) {
+      expect(await count(tenant, 10)).toBe(0);
+      expect(await count(tenant, 9)).toBeGreaterThan(0);
+    }
+    await db.tusk.tenants.set('rot-long', { retention: null });
+    expect((await db.tusk.tenants.get('rot-long')).retention).toBe('10 days');
+  });
+
+  it('one process at a time: a second upkeep while one runs does nothing', async () => {
+    const a = new pg.Client({ connectionString: db.url });
+    await a.connect();
+    try {
+      await a.query('BEGIN');
+      const first = await a.query(`SELECT "${db.schema}".maintain_history() AS r`);
+      expect(first.rows[0].r).not.toBeNull();
+      const [second] = await db.rows<{ r: unknown }>(`SELECT $schema.maintain_history() AS r`);
+      expect(second?.r).toBeNull();
+      await a.query('COMMIT');
+    } finally {
+      await a.end();
+    }
+  });
+
+  it('a worker applies retention when it starts', async () => {
+    await insertHistory('rot-w', 12, 24, 6_000_000);
+    await db.tusk.prune(); // partitions for the old days
+    await db.tusk.tenants.set('rot-w', { retention: '3 days' });
+    expect(await count('rot-w', 3)).toBeGreaterThan(0);
+    const worker = db.worker({ tasks: {} });
+    await worker.start();
+    await eventually(async () => (await count('rot-w', 3)) === 0);
+    await worker.stop();
+  });
+
+  it('bad retention is refused', async () => {
+    const cases: Array<[() => Promise<unknown>, RegExp]> = [
+      [() => db.tusk.tenants.set('x', { retention: 'soon' }), /^settings\.retention: must be a period like '30 days'/],
+      [() => db.tusk.tenants.set('x', { retention: '0 days' }), /^settings\.retention: must be a period/],
+      [() => db.tusk.tenants.set('x', { retention: 30 as never }), /^settings\.retention: must be a period/],
+      [() => db.tusk.tenants.setDefault({ retention: '3 fortnights' }), /^settings\.retention/],
+      [() => db.tusk.prune({ batch: 0 }), /^options\.batch/],
+      [() => db.tusk.finishedJobs({} as never), /^options\.tenant/],
+    ];
+    for (const [call, message] of cases) {
+      const error = await call().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(TuskValidationError);
+      expect((error as Error).message).toMatch(message);
+    }
+  });
+});

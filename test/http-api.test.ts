@@ -1,0 +1,512 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { z } from 'zod';
+import {
+  enqueuedManySchema,
+  enqueuedSchema,
+  errorSchema,
+  fetchedSchema,
+  jobListSchema,
+  jobSchema,
+  leaseUntilSchema,
+  queueListSchema,
+  retriedSchema,
+  statsSchema,
+  tenantListSchema,
+  tenantSchema,
+  timeseriesSchema,
+  whoamiSchema,
+  workerListSchema,
+} from '../src/http/schemas.js';
+import type { Listening, TuskServer } from '../src/index.js';
+import { eventually, useTestDb } from './helpers.js';
+
+const db = useTestDb(import.meta.url);
+const ADMIN = 'test-admin-token-0123456789';
+let server: TuskServer;
+let listening: Listening;
+let acmeToken: string;
+let globexToken: string;
+
+interface Reply {
+  status: number;
+  body: unknown;
+  headers: Headers;
+}
+
+/** A request to the test server; `token: null` sends none (default: the admin token). */
+async function call(
+  method: string,
+  path: string,
+  options: { token?: string | null; body?: unknown; raw?: string } = {},
+): Promise<Reply> {
+  const headers: Record<string, string> = {};
+  const token = options.token === undefined ? ADMIN : options.token;
+  if (token !== null) headers.authorization = `Bearer ${token}`;
+  let body: string | undefined = options.raw;
+  if (options.body !== undefined) {
+    headers['content-type'] = 'application/json';
+    body = JSON.stringify(options.body);
+  }
+  const response = await fetch(`${listening.url}${path}`, { method, headers, body });
+  const text = await response.text();
+  const type = response.headers.get('content-type') ?? '';
+  return { status: response.status, body: type.includes('json') ? JSON.parse(text) : text, headers: response.headers };
+}
+
+/** Checks the status and that the body matches the documented schema; returns it typed. */
+function expectReply<S extends z.ZodType>(reply: Reply, status: number, schema: S): z.output<S> {
+  expect(reply.status, JSON.stringify(reply.body)).toBe(status);
+  return schema.parse(reply.body);
+}
+
+/** A 400 whose error names `field`. */
+function expectInvalid(reply: Reply, field: string, message?: RegExp) {
+  const { error } = expectReply(reply, 400, errorSchema);
+  expect(error.field).toBe(field);
+  expect(error.message.startsWith(field)).toBe(true);
+  if (message) expect(error.message).toMatch(message);
+}
+
+beforeAll(async () => {
+  server = await db.tusk.server({ adminToken: ADMIN, metrics: { lagMs: 0 } });
+  listening = await server.listen({ port: 0 });
+  acmeToken = (await server.tokens.create({ tenant: 'acme', name: 'acme app' })).token;
+  globexToken = (await server.tokens.create({ tenant: 'globex' })).token;
+});
+afterAll(() => listening?.close());
+
+describe('HTTP API', () => {
+  it('documents every route in /api/openapi.json, and nothing else', async () => {
+    const doc = (await call('GET', '/api/openapi.json', { token: null })).body as {
+      openapi: string;
+      paths: Record<string, Record<string, { responses: Record<string, unknown> }>>;
+    };
+    expect(doc.openapi).toBe('3.1.0');
+    const documented = Object.entries(doc.paths)
+      .flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`))
+      .sort();
+    const served = server.app.routes
+      .filter((r) => r.method !== 'ALL' && (r.path.startsWith('/api/') || r.path === '/metrics'))
+      .map((r) => `${r.method} ${r.path.replace(/:(\w+)/g, '{$1}')}`)
+      .sort();
+    expect(documented).toEqual([...new Set(served)]);
+    expect(documented.length).toBeGreaterThanOrEqual(21);
+    for (const ops of Object.values(doc.paths)) for (const op of Object.values(ops)) expect(op.responses).toBeTruthy();
+  });
+
+  it('auth: no token, a wrong token, a revoked token get 401; a tenant token gets 403 on admin routes', async () => {
+    expect((await call('GET', '/api/health', { token: null })).status).toBe(200);
+    const none = await call('GET', '/api/jobs', { token: null });
+    expect(none.status).toBe(401);
+    expect(none.headers.get('www-authenticate')).toBe('Bearer');
+    expect(expectReply(none, 401, errorSchema).error.message).toMatch(/Authorization: Bearer/);
+    expect((await call('GET', '/api/jobs', { token: 'tusk_wrong' })).status).toBe(401);
+    expect((await call('GET', '/metrics', { token: null })).status).toBe(401);
+
+    const { token, info } = await server.tokens.create({ name: 'short-lived admin' });
+    expect(expectReply(await call('GET', '/api/whoami', { token }), 200, whoamiSchema)).toEqual({
+      role: 'admin',
+      tenant: null,
+      auth: true,
+    });
+    expect(await server.tokens.revoke(info.id)).toBe(true);
+    expect((await call('GET', '/api/whoami', { token })).status).toBe(401);
+    const listed = await server.tokens.list();
+    expect(listed.find((t) => t.id === info.id)?.revokedAt).toBeInstanceOf(Date);
+    // stored hashed: the token itself is nowhere in the table
+    const rows = await db.rows(`SELECT * FROM $schema.api_tokens`);
+    expect(JSON.stringify(rows)).not.toContain(token.slice(5));
+
+    expect(expectReply(await call('GET', '/api/whoami', { token: acmeToken }), 200, whoamiSchema)).toEqual({
+      role: 'tenant',
+      tenant: 'acme',
+      auth: true,
+    });
+    for (const [method, path] of [
+      ['GET', '/api/tenants'],
+      ['PATCH', '/api/tenants/acme'],
+      ['POST', '/api/tenants/acme/pause'],
+      ['GET', '/api/queues'],
+      ['GET', '/api/workers'],
+      ['GET', '/api/stats'],
+      ['GET', '/api/timeseries'],
+      ['GET', '/metrics'],
+    ] as const) {
+      const reply = await call(method, path, { token: acmeToken, body: method === 'PATCH' ? {} : undefined });
+      expect(reply.status, `${method} ${path}`).toBe(403);
+    }
+  });
+
+  it('POST /api/jobs: one job, many jobs, dates, deduplication; a tenant token enqueues for its tenant', async () => {
+    const one = expectReply(
+      await call('POST', '/api/jobs', {
+        body: { task: 'report', payload: { q: 1 }, tenant: 'acme', queue: 'reports', priority: 2 },
+      }),
+      201,
+      enqueuedSchema,
+    );
+    expect(one.deduplicated).toBe(false);
+    const job = expectReply(await call('GET', `/api/jobs/${one.id}`), 200, jobSchema);
+    expect(job).toMatchObject({ task: 'report', tenant: 'acme', queue: 'reports', priority: 2, state: 'available' });
+    expect(job.payload).toEqual({ q: 1 });
+
+    const runAt = new Date(Date.now() + 3_600_000).toISOString();
+    const later = expectReply(
+      await call('POST', '/api/jobs', { body: { task: 'report', runAt, expiresAt: '2099-01-01T00:00:00+02:00' } }),
+      201,
+      enqueuedSchema,
+    );
+    const scheduled = expectReply(await call('GET', `/api/jobs/${later.id}`), 200, jobSchema);
+    expect(scheduled.state).toBe('scheduled');
+    expect(scheduled.runAt).toBe(runAt);
+    expect(scheduled.expiresAt).toBe('2098-12-31T22:00:00.000Z');
+
+    const first = expectReply(
+      await call('POST', '/api/jobs', { body: { task: 'dedup', payload: { a: 1 }, dedupe: true } }),
+      201,
+      enqueuedSchema,
+    );
+    const again = expectReply(
+      await call('POST', '/api/jobs', { body: { task: 'dedup', payload: { a: 1 }, dedupe: true } }),
+      201,
+      enqueuedSchema,
+    );
+    expect(again).toEqual({ id: first.id, deduplicated: true });
+
+    const many = expectReply(
+      await call('POST', '/api/jobs', {
+        token: acmeToken,
+        body: { jobs: [{ task: 'bulk', payload: 1 }, { task: 'bulk', payload: 2, tenant: 'acme' }, { task: 'bulk' }] },
+      }),
+      201,
+      enqueuedManySchema,
+    );
+    expect(many.ids).toHaveLength(3);
+    const tenants = await db.rows<{ tenant: string }>(`SELECT tenant FROM $schema.jobs WHERE id = ANY($1::bigint[])`, [
+      many.ids,
+    ]);
+    expect(tenants.map((r) => r.tenant)).toEqual(['acme', 'acme', 'acme']);
+
+    const other = await call('POST', '/api/jobs', { token: acmeToken, body: { task: 'x', tenant: 'globex' } });
+    expect(other.status).toBe(403);
+    expect(expectReply(other, 403, errorSchema).error.field).toBe('body.tenant');
+    const otherInMany = await call('POST', '/api/jobs', {
+      token: acmeToken,
+      body: { jobs: [{ task: 'x' }, { task: 'x', tenant: 'globex' }] },
+    });
+    expect(expectReply(otherInMany, 403, errorSchema).error.field).toBe('body.jobs.1.tenant');
+  });
+
+  it('bad bodies and parameters: 400 naming the field', async () => {
+    expectInvalid(await call('POST', '/api/jobs', { raw: '{"task": ' }), 'body', /not valid JSON/);
+    expectInvalid(await call('POST', '/api/jobs', { raw: '' }), 'body', /required/);
+    expectInvalid(await call('POST', '/api/jobs', { body: {} }), 'body.task');
+    expectInvalid(await call('POST', '/api/jobs', { body: { task: 5 } }), 'body.task', /must be a string/);
+    expectInvalid(await call('POST', '/api/jobs', { body: { task: 'x', delayMs: -1 } }), 'body.delayMs');
+    expectInvalid(await call('POST', '/api/jobs', { body: { task: 'x', priority: 1.5 } }), 'body.priority');
+    expectInvalid(
+      await call('POST', '/api/jobs', { body: { task: 'x', runAt: 'tomorrow' } }),
+      'body.runAt',
+      /ISO 8601/,
+    );
+    expectInvalid(await call('POST', '/api/jobs', { body: { task: 'x', nope: 1 } }), 'body', /unknown option "nope"/);
+    expectInvalid(await call('POST', '/api/jobs', { body: { jobs: [] } }), 'body.jobs', /empty/);
+    expectInvalid(
+      await call('POST', '/api/jobs', { body: { jobs: [{ task: 'a' }, { task: 'b', maxAttempts: 0 }] } }),
+      'body.jobs.1.maxAttempts',
+    );
+    expectInvalid(
+      await call('POST', '/api/jobs', { body: { task: 'x', payload: 'x'.repeat(1024 * 1024 + 1) } }),
+      'body.payload',
+      /over the limit/,
+    );
+    expectInvalid(
+      await call('POST', '/api/jobs', {
+        body: { jobs: [{ task: 'a' }, { task: 'b', payload: 'x'.repeat(1024 * 1024 + 1) }] },
+      }),
+      'body.jobs.1.payload',
+      /over the limit/,
+    );
+    expectInvalid(await call('GET', '/api/jobs/abc'), 'id', /job id/);
+    expectInvalid(await call('GET', '/api/jobs?limit=0'), 'query.limit');
+    expectInvalid(await call('GET', '/api/jobs?state=done'), 'query.state', /must be one of/);
+    expectInvalid(await call('GET', '/api/jobs?cursor=-1'), 'query.cursor');
+    expectInvalid(await call('GET', '/api/jobs?color=red'), 'query', /unknown option "color"/);
+    expectInvalid(await call('POST', '/api/fetch', { body: { count: 0 } }), 'body.count');
+    expectInvalid(await call('POST', '/api/jobs/1/ack', { body: {} }), 'body.attempt');
+    expectInvalid(await call('POST', '/api/jobs/1/ack', { raw: '' }), 'body');
+    expectInvalid(await call('POST', '/api/jobs/1/nack', { body: { attempt: 1, delayMs: 'soon' } }), 'body.delayMs');
+    expectInvalid(await call('POST', '/api/jobs/1/extend', { body: { attempt: 1 } }), 'body.leaseMs');
+    expectInvalid(await call('PATCH', '/api/tenants/acme', { body: { slots: 0 } }), 'body.slots');
+    expectInvalid(await call('POST', '/api/jobs/retry', { body: { state: 'succeeded' } }), 'body.state');
+    expectInvalid(await call('GET', '/api/stats?windowMs=-5'), 'query.windowMs');
+    expectInvalid(await call('GET', '/api/timeseries?minutes=1440&bucketSeconds=10'), 'query.bucketSeconds');
+    expect((await call('GET', '/api/nothing')).status).toBe(404);
+  });
+
+  it('a body over the limit: 413', async () => {
+    const small = await db.tusk.server({ adminToken: ADMIN, maxBodyBytes: 1000, dashboard: false, metrics: false });
+    const response = await small.app.request('/api/jobs', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ task: 'x', payload: 'y'.repeat(2000) }),
+    });
+    expect(response.status).toBe(413);
+    expect(((await response.json()) as { error: { field: string } }).error.field).toBe('body');
+  });
+
+  it('a schema that was never migrated: 503 saying so', async () => {
+    const bare = await db.another({ schema: `${db.schema}_none` }).server({ dashboard: false, metrics: false });
+    for (const path of ['/api/jobs', '/api/jobs/1', '/api/workers']) {
+      const response = await bare.app.request(path);
+      expect(response.status, path).toBe(503);
+      expect(((await response.json()) as { error: { message: string } }).error.message).toMatch(/tusk migrate/);
+    }
+  });
+
+  it('GET /api/jobs: filters and keyset paging, newest first; a tenant token lists its own jobs', async () => {
+    const { ids } = await db.tusk.enqueueMany(
+      Array.from({ length: 7 }, (_, i) => ({ task: 'paged', tenant: i % 2 ? 'acme' : 'globex', queue: `q${i % 3}` })),
+    );
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const page: z.output<typeof jobListSchema> = expectReply(
+        await call('GET', `/api/jobs?task=paged&limit=3${cursor ? `&cursor=${cursor}` : ''}`),
+        200,
+        jobListSchema,
+      );
+      expect(page.jobs.length).toBe(pages < 2 ? 3 : 1);
+      seen.push(...page.jobs.map((j) => j.id));
+      cursor = page.nextCursor;
+      pages++;
+    } while (cursor);
+    expect(pages).toBe(3);
+    expect(seen).toEqual([...ids].reverse());
+
+    const acme = expectReply(await call('GET', '/api/jobs?task=paged&tenant=acme'), 200, jobListSchema);
+    expect(acme.jobs.map((j) => j.id)).toEqual(ids.filter((_, i) => i % 2).reverse());
+    const q1 = expectReply(await call('GET', '/api/jobs?task=paged&queue=q1&tenant=acme'), 200, jobListSchema);
+    expect(q1.jobs.map((j) => j.id)).toEqual([ids[1]]);
+    expect(expectReply(await call('GET', '/api/jobs?task=paged&state=succeeded'), 200, jobListSchema).jobs).toEqual([]);
+
+    // finished jobs come from the history, merged in id order with the waiting ones
+    const [job] = await db.tusk.fetch({ tenant: 'globex', count: 1 });
+    if (!job) throw new Error('nothing fetched');
+    await db.tusk.ack(job, { done: true });
+    const all = expectReply(await call('GET', '/api/jobs?task=paged'), 200, jobListSchema);
+    expect(all.jobs.map((j) => j.id)).toEqual([...ids].reverse());
+    expect(all.jobs.find((j) => j.id === job.id)?.state).toBe('succeeded');
+    const done = expectReply(await call('GET', '/api/jobs?task=paged&state=succeeded'), 200, jobListSchema);
+    expect(done.jobs.map((j) => j.id)).toEqual([job.id]);
+
+    const mine = expectReply(await call('GET', '/api/jobs?task=paged', { token: acmeToken }), 200, jobListSchema);
+    expect(mine.jobs.length).toBe(3);
+    expect(mine.jobs.every((j) => j.tenant === 'acme')).toBe(true);
+    expect((await call('GET', '/api/jobs?tenant=globex', { token: acmeToken })).status).toBe(403);
+  });
+
+  it("GET /api/jobs/:id: another tenant's token gets 404, the same as for no job at all", async () => {
+    const { id } = await db.tusk.enqueue('secret', { x: 1 }, { tenant: 'globex' });
+    expect(expectReply(await call('GET', `/api/jobs/${id}`, { token: globexToken }), 200, jobSchema).id).toBe(id);
+    const hidden = await call('GET', `/api/jobs/${id}`, { token: acmeToken });
+    const missing = await call('GET', '/api/jobs/999999999', { token: acmeToken });
+    expect(hidden.status).toBe(404);
+    expect(hidden.body).toEqual(missing.body);
+    expect((await call('POST', `/api/jobs/${id}/cancel`, { token: acmeToken })).status).toBe(404);
+    expect((await call('POST', `/api/jobs/${id}/retry`, { token: acmeToken })).status).toBe(404);
+    expect((await call('POST', `/api/jobs/${id}/ack`, { token: acmeToken, body: { attempt: 1 } })).status).toBe(404);
+    expect((await call('GET', '/api/tenants/globex', { token: acmeToken })).status).toBe(404);
+    expect(expectReply(await call('GET', '/api/tenants/acme', { token: acmeToken }), 200, tenantSchema).tenant).toBe(
+      'acme',
+    );
+  });
+
+  it('cancel and retry: a waiting job is cancelled, then retried; a waiting job cannot be retried (409)', async () => {
+    const { id } = await db.tusk.enqueue('cancel-me', null, { tenant: 'acme' });
+    const retryWaiting = await call('POST', `/api/jobs/${id}/retry`, { token: acmeToken });
+    expect(expectReply(retryWaiting, 409, errorSchema).error.message).toMatch(/is available/);
+    expect(await call('POST', `/api/jobs/${id}/cancel`, { token: acmeToken })).toMatchObject({
+      status: 200,
+      body: { state: 'cancelled' },
+    });
+    expect((await db.tusk.getJob(id))?.state).toBe('cancelled');
+    expect(await call('POST', `/api/jobs/${id}/retry`, { token: acmeToken })).toMatchObject({
+      status: 200,
+      body: { state: 'available' },
+    });
+    expect((await db.tusk.getJob(id))?.state).toBe('available');
+    expect((await call('POST', '/api/jobs/999999999/cancel')).status).toBe(404);
+  });
+
+  it('POST /api/jobs/retry runs again the dead jobs matching the filter', async () => {
+    const { ids } = await db.tusk.enqueueMany([
+      { task: 'doomed', tenant: 'acme', maxAttempts: 1, queue: 'doom' },
+      { task: 'doomed', tenant: 'globex', maxAttempts: 1, queue: 'doom' },
+    ]);
+    for (const job of await db.tusk.fetch({ queue: 'doom', count: 2 })) {
+      expect(await db.tusk.nack(job, { error: 'no' })).toBe('dead');
+    }
+    expect(
+      expectReply(
+        await call('POST', '/api/jobs/retry', { token: acmeToken, body: { task: 'doomed' } }),
+        200,
+        retriedSchema,
+      ),
+    ).toEqual({ retried: 1 });
+    expect((await db.tusk.getJob(ids[0] as string))?.state).toBe('available');
+    expect((await db.tusk.getJob(ids[1] as string))?.state).toBe('dead');
+    expect(await call('POST', '/api/jobs/retry', { raw: '' })).toMatchObject({ status: 200, body: { retried: 1 } });
+  });
+
+  it('workers anywhere: fetch, extend, ack, nack over HTTP, fenced by attempt', async () => {
+    const { ids } = await db.tusk.enqueueMany([
+      { task: 'remote', tenant: 'acme', queue: 'remote', maxAttempts: 2 },
+      { task: 'remote', tenant: 'acme', queue: 'remote', maxAttempts: 2 },
+      { task: 'remote', tenant: 'globex', queue: 'remote' },
+    ]);
+    const fetched = expectReply(
+      await call('POST', '/api/fetch', { token: acmeToken, body: { queue: 'remote', count: 5, leaseMs: 5_000 } }),
+      200,
+      fetchedSchema,
+    );
+    expect(fetched.jobs.map((j) => j.id).sort()).toEqual([ids[0], ids[1]].sort());
+    expect(fetched.jobs.every((j) => j.tenant === 'acme' && j.attempt === 1)).toBe(true);
+    const [a, b] = fetched.jobs as [(typeof fetched.jobs)[0], (typeof fetched.jobs)[0]];
+
+    const extended = expectReply(
+      await call('POST', `/api/jobs/${a.id}/extend`, { token: acmeToken, body: { attempt: 1, leaseMs: 60_000 } }),
+      200,
+      leaseUntilSchema,
+    );
+    expect(new Date(extended.leaseUntil).getTime()).toBeGreaterThan(new Date(a.leaseUntil).getTime());
+    expect(
+      await call('POST', `/api/jobs/${a.id}/ack`, { token: acmeToken, body: { attempt: 1, result: { rows: 3 } } }),
+    ).toMatchObject({ status: 200, body: { ok: true } });
+    const acked = expectReply(await call('GET', `/api/jobs/${a.id}`), 200, jobSchema);
+    expect(acked).toMatchObject({ state: 'succeeded', result: { rows: 3 } });
+    const twice = await call('POST', `/api/jobs/${a.id}/ack`, { body: { attempt: 1 } });
+    expect(expectReply(twice, 409, errorSchema).error.code).toBe('lease_lost');
+
+    expect(
+      await call('POST', `/api/jobs/${b.id}/nack`, {
+        token: acmeToken,
+        body: { attempt: 1, delayMs: 60_000, error: 'upstream down' },
+      }),
+    ).toMatchObject({ status: 200, body: { state: 'failed' } });
+    const nacked = expectReply(await call('GET', `/api/jobs/${b.id}`), 200, jobSchema);
+    expect(nacked.error?.message).toBe('upstream down');
+    expect((await call('POST', `/api/jobs/${b.id}/extend`, { body: { attempt: 1, leaseMs: 1000 } })).status).toBe(409);
+
+    const globex = expectReply(await call('POST', '/api/fetch', { body: { queue: 'remote' } }), 200, fetchedSchema);
+    expect(globex.jobs.map((j) => j.id)).toEqual([ids[2]]);
+    expect(
+      expectReply(await call('POST', '/api/fetch', { body: { queue: 'remote' } }), 200, fetchedSchema).jobs,
+    ).toEqual([]);
+  });
+
+  it('tenants: list, get, set slots, pause and resume', async () => {
+    const set = expectReply(
+      await call('PATCH', '/api/tenants/initech', { body: { slots: 3, perKey: 1 } }),
+      200,
+      tenantSchema,
+    );
+    expect(set).toMatchObject({ tenant: 'initech', slots: 3, ownSlots: 3, perKey: 1, paused: false });
+    expect(expectReply(await call('POST', '/api/tenants/initech/pause'), 200, tenantSchema).paused).toBe(true);
+    const list = expectReply(await call('GET', '/api/tenants'), 200, tenantListSchema);
+    expect(list.tenants.find((t) => t.tenant === 'initech')).toMatchObject({ slots: 3, paused: true });
+    expect(expectReply(await call('POST', '/api/tenants/initech/resume'), 200, tenantSchema).paused).toBe(false);
+    expect(
+      expectReply(await call('PATCH', '/api/tenants/initech', { body: { slots: null } }), 200, tenantSchema).ownSlots,
+    ).toBe(null);
+    expect((await call('GET', '/api/tenants/nobody-at-all')).status).toBe(404);
+  });
+
+  it('monitoring: stats, queues, workers, timeseries and /metrics follow a worker of another instance', async () => {
+    const before = await scrape();
+    const other = db.another();
+    const { ids } = await other.enqueueMany(
+      Array.from({ length: 6 }, (_, i) => ({
+        task: i < 4 ? 'ok' : 'boom',
+        queue: 'watched',
+        tenant: 'acme',
+        maxAttempts: 1,
+      })),
+    );
+    const worker = db.worker(
+      {
+        tasks: {
+          ok: async () => {
+            await new Promise((r) => setTimeout(r, 30));
+            return 1;
+          },
+          boom: async () => {
+            throw new Error('boom');
+          },
+        },
+        queues: ['watched'],
+        concurrency: 2,
+      },
+      other,
+    );
+    await worker.start();
+    const workersNow = expectReply(await call('GET', '/api/workers'), 200, workerListSchema);
+    expect(workersNow.workers.some((w) => w.alive && w.concurrency === 2)).toBe(true);
+    await eventually(async () => {
+      const states = await Promise.all(ids.map((id) => other.getJob(id)));
+      return states.every((j) => j?.state === 'succeeded' || j?.state === 'dead');
+    });
+    await worker.stop();
+
+    const stats = expectReply(await call('GET', '/api/stats'), 200, statsSchema);
+    expect(stats.queues.find((q) => q.queue === 'watched')?.counts).toMatchObject({ succeeded: 4, dead: 2 });
+    const queues = expectReply(await call('GET', '/api/queues'), 200, queueListSchema);
+    expect(queues.queues.find((q) => q.queue === 'watched')?.counts.succeeded).toBe(4);
+    const series = expectReply(await call('GET', '/api/timeseries?minutes=10&queue=watched'), 200, timeseriesSchema);
+    expect(series.buckets.length).toBeGreaterThanOrEqual(10);
+    expect(series.buckets.reduce((n, b) => n + b.succeeded, 0)).toBe(4);
+    expect(series.buckets.reduce((n, b) => n + b.dead, 0)).toBe(2);
+    expect(series.buckets.reduce((n, b) => n + b.enqueued, 0)).toBe(6);
+    expect(series.buckets.some((b) => (b.runP95 ?? 0) >= 30)).toBe(true);
+
+    const after = await scrape();
+    const delta = (name: string) => (after.get(name) ?? 0) - (before.get(name) ?? 0);
+    expect(delta('tusk_jobs_claimed_total{queue="watched",tenant="acme"}')).toBe(6);
+    expect(delta('tusk_jobs_failed_total{queue="watched",tenant="acme"}')).toBe(2);
+    expect(delta('tusk_jobs_finished_total{queue="watched",tenant="acme",state="succeeded"}')).toBe(4);
+    expect(delta('tusk_jobs_finished_total{queue="watched",tenant="acme",state="dead"}')).toBe(2);
+    expect(delta('tusk_job_run_seconds_count{queue="watched"}')).toBe(6);
+    expect(delta('tusk_job_wait_seconds_count{queue="watched"}')).toBe(6);
+    // the failing jobs throw at once, the others take 30 ms
+    expect(after.get('tusk_job_run_seconds_bucket{queue="watched",le="0.025"}')).toBe(2);
+    expect(after.get('tusk_job_run_seconds_bucket{queue="watched",le="+Inf"}')).toBe(6);
+    expect(after.get('tusk_job_run_seconds_sum{queue="watched"}')).toBeGreaterThanOrEqual(0.12);
+    expect(after.get('tusk_jobs{queue="watched",tenant="acme",state="available"}')).toBe(0);
+    expect(after.get('tusk_workers_alive')).toBe(0);
+
+    // nothing more happened: the counters stay
+    const again = await scrape();
+    expect(again.get('tusk_jobs_claimed_total{queue="watched",tenant="acme"}')).toBe(
+      after.get('tusk_jobs_claimed_total{queue="watched",tenant="acme"}'),
+    );
+    await db.tusk.enqueue('later', null, { queue: 'watched', tenant: 'acme' });
+    const waiting = await scrape();
+    expect(waiting.get('tusk_jobs{queue="watched",tenant="acme",state="available"}')).toBe(1);
+    expect(waiting.get('tusk_oldest_waiting_seconds{queue="watched",tenant="acme"}')).toBeGreaterThanOrEqual(0);
+  });
+});
+
+/** /metrics as a map of `name{labels}` → value. */
+async function scrape(): Promise<Map<string, number>> {
+  const reply = await call('GET', '/metrics');
+  expect(reply.status).toBe(200);
+  expect(reply.headers.get('content-type')).toMatch(/^text\/plain/);
+  const values = new Map<string, number>();
+  for (const line of String(reply.body).split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const at = line.lastIndexOf(' ');
+    values.set(line.slice(0, at), Number(line.slice(at + 1)));
+  }
+  return values;
+}

@@ -1,0 +1,313 @@
+import { describe, expect, it } from 'vitest';
+import { type Job, type JobContext, LeaseLostError, type Tusk } from '../src/index.js';
+import { eventually, sleep, useTestDb } from './helpers.js';
+
+const db = useTestDb(import.meta.url);
+const finished = (id: string, tusk: Tusk = db.tusk) =>
+  eventually(async () => {
+    const job = await tusk.getJob(id);
+    return job && ['succeeded', 'dead', 'cancelled', 'expired'].includes(job.state) ? job : null;
+  });
+const emptyQueue = async (queue: string) =>
+  (await db.rows('SELECT 1 FROM $schema.jobs WHERE queue = $1 LIMIT 1', [queue])).length === 0;
+
+describe('named queues with weights (seed 004)', () => {
+  it('both queues full: the served ratio over 10 000 jobs is 8:1 within 5 %', async () => {
+    const per = 12_000;
+    for (const queue of ['w-critical', 'w-default']) {
+      for (let i = 0; i < per; i += 6000) {
+        await db.tusk.enqueueMany(Array.from({ length: 6000 }, () => ({ task: 'count', queue })));
+      }
+    }
+    const served = { 'w-critical': 0, 'w-default': 0 };
+    let total = 0;
+    const worker = db.worker({
+      queues: [
+        ['w-critical', 8],
+        ['w-default', 1],
+      ],
+      tasks: {
+        count: (_p, ctx) => {
+          if (total++ < 10_000) served[ctx.job.queue as keyof typeof served]++;
+        },
+      },
+    });
+    await worker.start();
+    await eventually(() => total >= 10_000, 60_000);
+    await worker.stop();
+    const ratio = served['w-critical'] / served['w-default'];
+    console.log(
+      `weighted queues: ${served['w-critical']} critical / ${served['w-default']} default = ${ratio.toFixed(2)}:1`,
+    );
+    expect(ratio).toBeGreaterThan(8 * 0.95);
+    expect(ratio).toBeLessThan(8 * 1.05);
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue IN ('w-critical', 'w-default')`);
+  });
+
+  it('a lone low-weight queue is served at once when the high one is empty', async () => {
+    const { ids } = await db.tusk.enqueueMany(
+      Array.from({ length: 50 }, () => ({ task: 'noop', queue: 'lw-default' })),
+    );
+    const worker = db.worker({
+      queues: [
+        ['lw-critical', 8],
+        ['lw-default', 1],
+      ],
+      prefetch: 0,
+      tasks: { noop: () => {} },
+    });
+    const t0 = Date.now();
+    await worker.start();
+    await eventually(() => emptyQueue('lw-default'), 5_000);
+    await worker.stop();
+    expect(Date.now() - t0).toBeLessThan(2_000);
+    expect((await db.tusk.getJob(ids[49] as string))?.state).toBe('succeeded');
+  });
+
+  it('jobs go to their task definition’s queue unless the enqueue names one', async () => {
+    const tusk = db.another({ tasks: { mail: { queue: 'mail-q', retry: { maxAttempts: 2 } } } });
+    const { id } = await tusk.enqueue('mail', {});
+    const { id: other } = await tusk.enqueue('mail', {}, { queue: 'urgent' });
+    const { id: plain } = await tusk.enqueue('other', {});
+    expect(await tusk.getJob(id)).toMatchObject({ queue: 'mail-q', maxAttempts: 2 });
+    expect((await tusk.getJob(other))?.queue).toBe('urgent');
+    expect((await tusk.getJob(plain))?.queue).toBe('default');
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE id = ANY($1)`, [[id, other, plain]]);
+  });
+});
+
+describe('retry policies (seed 004)', () => {
+  it('a backoff function returning false ends the job dead at once', async () => {
+    const worker = db.worker({
+      queues: ['rp1'],
+      tasks: {
+        picky: { handler: () => Promise.reject(new Error('record not found')), retry: { backoff: () => false } },
+      },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('picky', {}, { queue: 'rp1', maxAttempts: 10 });
+    const job = (await finished(id)) as Job;
+    await worker.stop();
+    expect(job).toMatchObject({ state: 'dead', attempts: 1 });
+    expect(job.error?.message).toBe('record not found');
+  });
+
+  it('retry.queue moves retries to another queue; the per-enqueue retry wins over the task’s', async () => {
+    const seen: string[] = [];
+    const handler = (_p: unknown, ctx: JobContext) => {
+      seen.push(`${ctx.job.queue}#${ctx.job.attempt}`);
+      if (ctx.job.attempt < 3) throw new Error('again');
+    };
+    const worker = db.worker({
+      queues: ['rp2', 'rp2-retries', 'rp2-mine'],
+      tasks: { flaky: { handler, retry: { backoff: 10, queue: 'rp2-retries' } } },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('flaky', {}, { queue: 'rp2' });
+    const { id: own } = await db.tusk.enqueue('flaky', {}, { queue: 'rp2', retry: { backoff: 0, queue: 'rp2-mine' } });
+    const [job, ownJob] = await Promise.all([finished(id), finished(own)]);
+    await worker.stop();
+    expect(job).toMatchObject({ state: 'succeeded', attempts: 3, queue: 'rp2-retries' });
+    expect(ownJob).toMatchObject({ state: 'succeeded', attempts: 3, queue: 'rp2-mine' });
+    expect(seen.filter((s) => s.startsWith('rp2-retries'))).toEqual(['rp2-retries#2', 'rp2-retries#3']);
+  });
+
+  it('a backoff function cannot be given per enqueue (it is not data)', async () => {
+    await expect(db.tusk.enqueue('x', {}, { retry: { backoff: (() => 5) as never } })).rejects.toThrow(
+      /options\.retry\.backoff: must be 'exponential' or a number of milliseconds/,
+    );
+  });
+
+  it('retry(id) re-queues a dead job, retryAll a set of them', async () => {
+    const worker = db.worker({
+      queues: ['rp3'],
+      tasks: { boom: { handler: () => Promise.reject(new Error('no')), retry: { backoff: 0 } } },
+    });
+    await worker.start();
+    const { ids } = await db.tusk.enqueueMany(
+      Array.from({ length: 3 }, () => ({ task: 'boom', queue: 'rp3', maxAttempts: 1 })),
+    );
+    for (const id of ids) expect((await finished(id))?.state).toBe('dead');
+    await worker.stop();
+
+    expect(await db.tusk.retry(ids[0] as string)).toBe(true);
+    const revived = await db.tusk.getJob(ids[0] as string);
+    expect(revived).toMatchObject({ state: 'available', attempts: 0 });
+    expect(revived?.errors).toHaveLength(1); // the old attempt's error is kept
+    expect(await db.tusk.retryAll({ task: 'boom', queue: 'rp3', state: 'dead' })).toBe(2);
+    expect(await db.tusk.retry('987654321')).toBe(false);
+
+    const fixed = db.worker({ queues: ['rp3'], tasks: { boom: () => 'fixed' } });
+    await fixed.start();
+    for (const id of ids) expect(await finished(id)).toMatchObject({ state: 'succeeded', result: 'fixed' });
+    await fixed.stop();
+    expect(await db.tusk.retry(ids[0] as string)).toBe(false); // succeeded jobs are not re-run
+  });
+});
+
+describe('Disque-style leases for external workers (seed 002)', () => {
+  it('fetch, extendLease, ack; a second ack of the same lease is refused', async () => {
+    const { id } = await db.tusk.enqueue('external', { n: 1 }, { queue: 'ext' });
+    const [job] = await db.tusk.fetch({ queue: 'ext', count: 5, leaseMs: 10_000 });
+    expect(job).toMatchObject({ id, attempt: 1, task: 'external', payload: { n: 1 } });
+    expect((await db.tusk.getJob(id))?.state).toBe('running');
+    const until = await db.tusk.extendLease(job as never, 60_000);
+    expect(until.getTime() - Date.now()).toBeGreaterThan(55_000);
+    await db.tusk.ack(job as never, { done: true });
+    expect(await db.tusk.getJob(id)).toMatchObject({ state: 'succeeded', result: { done: true } });
+    await expect(db.tusk.ack(job as never)).rejects.toThrow(/cannot ack job \d+ \(attempt 1\): it is succeeded now/);
+  });
+
+  it('nack counts an attempt and returns the job to the queue, dead when out of attempts', async () => {
+    const { id } = await db.tusk.enqueue('external', {}, { queue: 'ext-nack', maxAttempts: 2 });
+    const [first] = await db.tusk.fetch({ queue: 'ext-nack' });
+    expect(await db.tusk.nack(first as never, { error: 'upstream down' })).toBe('available');
+    const [second] = await db.tusk.fetch({ queue: 'ext-nack' });
+    expect(second?.attempt).toBe(2);
+    expect(await db.tusk.nack(second as never, { delayMs: 1000 })).toBe('dead');
+    const job = await db.tusk.getJob(id);
+    expect(job?.state).toBe('dead');
+    expect(job?.errors.map((e) => e.message)).toEqual(['upstream down', 'given back by its consumer']);
+  });
+
+  it('a lease that runs out returns the job to the queue; the old lease cannot ack it', async () => {
+    const upkeep = db.worker({ queues: ['ext-nobody'], tasks: { x: () => {} }, maintenanceMs: 50 });
+    await upkeep.start();
+    const { id } = await db.tusk.enqueue('external', {}, { queue: 'ext-lease' });
+    const [stale] = await db.tusk.fetch({ queue: 'ext-lease', leaseMs: 100 });
+    await eventually(async () => (await db.tusk.getJob(id))?.state === 'available', 5_000);
+    const [fresh] = await db.tusk.fetch({ queue: 'ext-lease', leaseMs: 10_000 });
+    expect(fresh?.attempt).toBe(2);
+    const error = await db.tusk.ack(stale as never).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LeaseLostError);
+    expect((error as Error).message).toMatch(/its lease ran out and it was leased again \(now attempt 2, running\)/);
+    await db.tusk.ack(fresh as never, 'ok');
+    expect((await db.tusk.getJob(id))?.result).toBe('ok');
+    await upkeep.stop();
+  });
+
+  it('a bare id is not a lease: a clear error', async () => {
+    await expect(db.tusk.ack('42' as never)).rejects.toThrow(
+      /lease: must be the leased job returned by fetch, or \{ id, attempt \}/,
+    );
+  });
+
+  it('the same operations work from plain SQL', async () => {
+    await db.tusk.enqueue('sql-task', { from: 'psql' }, { queue: 'ext-sql' });
+    const [leased] = await db.rows<{ id: string; attempts: number; payload: unknown }>(
+      `SELECT id, attempts, payload FROM $schema.fetch_jobs(1, 30000, 'ext-sql')`,
+    );
+    expect(leased?.payload).toEqual({ from: 'psql' });
+    const [acked] = await db.rows<{ ok: boolean }>('SELECT $schema.ack_job($1, $2, $3) AS ok', [
+      leased?.id,
+      leased?.attempts,
+      '{"via": "sql"}',
+    ]);
+    expect(acked?.ok).toBe(true);
+    expect((await db.tusk.getJob(leased?.id as string))?.result).toEqual({ via: 'sql' });
+  });
+});
+
+describe('deduplication (seed 000)', () => {
+  it('50 concurrent identical enqueues produce exactly one job', async () => {
+    const tusks = Array.from({ length: 5 }, () => db.another({ maxConnections: 10 }));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, (_, i) =>
+        (tusks[i % 5] as Tusk).enqueue('report', { sql: 'SELECT 1', user: 7 }, { tenant: 'dd', dedupe: true }),
+      ),
+    );
+    const ids = new Set(results.map((r) => r.id));
+    expect(ids.size).toBe(1);
+    expect(results.filter((r) => !r.deduplicated)).toHaveLength(1);
+    const rows = await db.rows(`SELECT id FROM $schema.jobs WHERE tenant = 'dd'`);
+    expect(rows).toHaveLength(1);
+  });
+
+  it('the key ignores payload key order but not the tenant; a finished job or a passed window frees it', async () => {
+    const a = await db.tusk.enqueue('report', { x: 1, y: 2 }, { tenant: 'dd2', dedupe: true });
+    const b = await db.tusk.enqueue('report', { y: 2, x: 1 }, { tenant: 'dd2', dedupe: true });
+    const c = await db.tusk.enqueue('report', { x: 1, y: 2 }, { tenant: 'dd3', dedupe: true });
+    expect(b).toEqual({ id: a.id, deduplicated: true });
+    expect(c.deduplicated).toBe(false);
+    const k1 = await db.tusk.enqueue('report', {}, { tenant: 'dd2', dedupKey: 'user:9', dedupWindowMs: 100 });
+    expect((await db.tusk.enqueue('report', { other: true }, { tenant: 'dd2', dedupKey: 'user:9' })).id).toBe(k1.id);
+    await sleep(150);
+    const k2 = await db.tusk.enqueue('report', {}, { tenant: 'dd2', dedupKey: 'user:9', dedupWindowMs: 100 });
+    expect(k2.deduplicated).toBe(false);
+    expect(k2.id).not.toBe(k1.id);
+    await db.tusk.cancel(k2.id);
+    const k3 = await db.tusk.enqueue('report', {}, { tenant: 'dd2', dedupKey: 'user:9' });
+    expect(k3.deduplicated).toBe(false);
+  });
+
+  it('enqueueMany takes per-job options, deduplication included', async () => {
+    const { ids, deduplicated } = await db.tusk.enqueueMany([
+      { task: 'm', tenant: 'dd4', dedupKey: 'k', queue: 'q1' },
+      { task: 'm', tenant: 'dd4', dedupKey: 'k' },
+      { task: 'm', tenant: 'dd4', delayMs: 60_000 },
+      { task: 'm', tenant: 'dd5', dedupKey: 'k', runAt: new Date(Date.now() + 60_000) },
+    ]);
+    expect(deduplicated).toEqual([false, true, false, false]);
+    expect(ids[1]).toBe(ids[0]);
+    expect(new Set(ids).size).toBe(3);
+    expect((await db.tusk.getJob(ids[0] as string))?.queue).toBe('q1');
+    expect((await db.tusk.getJob(ids[2] as string))?.state).toBe('scheduled');
+    expect((await db.tusk.getJob(ids[3] as string))?.state).toBe('scheduled');
+  });
+});
+
+describe('delayed jobs (seed 004)', () => {
+  it('never start early, and start within 100 ms of their time with an idle worker', async () => {
+    const starts = new Map<string, number>();
+    const worker = db.worker({
+      queues: ['delayed'],
+      tasks: { at: (_p, ctx) => void starts.set(ctx.job.id, Date.now()) },
+    });
+    await worker.start();
+    const base = Date.now();
+    const { ids } = await db.tusk.enqueueMany([
+      { task: 'at', queue: 'delayed', delayMs: 300 },
+      { task: 'at', queue: 'delayed', runAt: new Date(base + 600) },
+      { task: 'at', queue: 'delayed', delayMs: 900 },
+    ]);
+    await eventually(() => starts.size === 3, 5_000);
+    await worker.stop();
+    const due = [300, 600, 900];
+    ids.forEach((id, i) => {
+      const late = (starts.get(id) as number) - base - (due[i] as number);
+      expect(late).toBeGreaterThanOrEqual(0);
+      expect(late).toBeLessThan(100);
+    });
+  });
+});
+
+describe('the SQL API from another client (psql)', () => {
+  it('examples/sql-worker.psql leases, extends and acks a job', async () => {
+    const { execFile } = await import('node:child_process');
+    const { promisify } = await import('node:util');
+    const { id } = await db.tusk.enqueue('send', { to: 'a@b.c' }, { queue: 'psql-demo' });
+    const script = new URL('../examples/sql-worker.psql', import.meta.url).pathname;
+    const { stdout } = await promisify(execFile)('psql', [
+      db.url,
+      '-v',
+      `schema=${db.schema}`,
+      '-v',
+      'queue=psql-demo',
+      '-f',
+      script,
+    ]);
+    expect(stdout).toContain(`leased job ${id} (attempt 1) of task send`);
+    expect(stdout).toMatch(/acked\s*\n-+\n\s*t/);
+    expect(await db.tusk.getJob(id)).toMatchObject({ state: 'succeeded', result: { sent: true, by: 'psql' } });
+    const { stdout: empty } = await promisify(execFile)('psql', [
+      db.url,
+      '-v',
+      `schema=${db.schema}`,
+      '-v',
+      'queue=psql-demo',
+      '-f',
+      script,
+    ]);
+    expect(empty).toContain('no job waiting in queue psql-demo');
+  });
+});

@@ -1,0 +1,125 @@
+import { describe, expect, it } from 'vitest';
+import { type JobContext, TuskValidationError } from '../src/index.js';
+import { eventually, sleep, useTestDb } from './helpers.js';
+
+const db = useTestDb(import.meta.url);
+
+const finishedIn = async (queue: string) =>
+  (await db.rows(`SELECT 1 FROM $schema.jobs WHERE queue = $1`, [queue])).length === 0;
+
+/** Job starts per epoch-aligned window of `perMs` (the windows the limit counts in). */
+async function startsPerWindow(queue: string, tenant: string, perMs: number): Promise<Map<number, number>> {
+  const rows = await db.rows<{ w: string; n: number }>(
+    `SELECT floor(extract(epoch FROM started_at) * 1000 / $3)::bigint AS w, count(*)::int AS n
+     FROM $schema.job_history WHERE queue = $1 AND tenant = $2 GROUP BY 1 ORDER BY 1`,
+    [queue, tenant, perMs],
+  );
+  return new Map(rows.map((r) => [Number(r.w), r.n]));
+}
+
+describe('tenant rate limits', () => {
+  it('settings: set, shown, removed; bad input refused', async () => {
+    expect((await db.tusk.tenants.set('r-set', { rate: { limit: 100, perMs: 60_000 } })).rate).toEqual({
+      limit: 100,
+      perMs: 60_000,
+    });
+    expect((await db.tusk.tenants.set('r-set', { slots: 3 })).rate).toEqual({ limit: 100, perMs: 60_000 });
+    expect((await db.tusk.tenants.set('r-set', { rate: null })).rate).toBeNull();
+    const cases: Array<[unknown, RegExp]> = [
+      [{ rate: { limit: 0, perMs: 1000 } }, /^settings\.rate\.limit: must be an integer from 1/],
+      [{ rate: { limit: 5, perMs: 0 } }, /^settings\.rate\.perMs: must be an integer from 1/],
+      [{ rate: { limit: 5 } }, /^settings\.rate\.perMs/],
+      [{ rate: 5 }, /^settings\.rate: must be \{ limit, perMs \} or null/],
+      [{ rate: { limit: 5, perMs: 10, burst: 2 } }, /^settings\.rate: unknown option "burst"/],
+    ];
+    for (const [settings, message] of cases) {
+      const error = await db.tusk.tenants.set('r-bad', settings as never).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(TuskValidationError);
+      expect((error as Error).message).toMatch(message);
+    }
+  });
+
+  it('three workers: at most the limit per window (±1), at the limit while jobs wait; other tenants are not held back', async () => {
+    const limit = 5;
+    const perMs = 500;
+    const jobs = 30;
+    await db.tusk.tenants.set('metered', { rate: { limit, perMs } });
+    const started: Record<string, number[]> = { metered: [], free: [] };
+    const tasks = {
+      tick: (_p: unknown, ctx: JobContext) => void started[ctx.job.tenant]?.push(Date.now()),
+    };
+    await db.tusk.enqueueMany([
+      ...Array.from({ length: jobs }, () => ({ task: 'tick', tenant: 'metered', queue: 'rate' })),
+      ...Array.from({ length: 300 }, () => ({ task: 'tick', tenant: 'free', queue: 'rate' })),
+    ]);
+    // prefetch 0: a job starts when it is claimed, so its recorded start is its claim's
+    const workers = [0, 1, 2].map(() =>
+      db.worker({ queues: ['rate'], concurrency: 4, prefetch: 0, tasks }, db.another({ maxConnections: 4 })),
+    );
+    await Promise.all(workers.map((w) => w.start()));
+    await eventually(() => finishedIn('rate'), 30_000);
+    await Promise.all(workers.map((w) => w.stop()));
+
+    const windows = await startsPerWindow('rate', 'metered', perMs);
+    const counts = [...windows.values()];
+    console.log(`rate ${limit} per ${perMs} ms, 3 workers: starts per window ${counts.join(' ')}`);
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(jobs);
+    // a start is counted in the window of its claim; the recorded start may be a
+    // millisecond later, past the window's end: ±1
+    expect(Math.max(...counts)).toBeLessThanOrEqual(limit + 1);
+    const [first, last] = [Math.min(...windows.keys()), Math.max(...windows.keys())];
+    expect(last - first + 1).toBeGreaterThanOrEqual(jobs / limit);
+    // while jobs waited, each window between the first and the last had its limit (±1)
+    for (let w = first + 1; w < last; w++) expect(windows.get(w) ?? 0).toBeGreaterThanOrEqual(limit - 1);
+    // the other tenant's 300 jobs went through while the metered one waited for windows
+    expect(started.free).toHaveLength(300);
+    expect(Math.max(...(started.free as number[]))).toBeLessThan(Math.max(...(started.metered as number[])));
+    const rounds = await db.rows<{ n: number }>(
+      `SELECT count(*)::int AS n FROM $schema.job_history WHERE queue = 'rate' AND tenant = 'free'
+       AND started_at > (SELECT min(started_at) FROM $schema.job_history WHERE queue = 'rate' AND tenant = 'metered')
+                        + $1 * interval '1 millisecond'`,
+      [3 * perMs],
+    );
+    expect(rounds[0]?.n).toBe(0); // all done within the metered tenant's first windows
+  });
+
+  it('composes with slots: never more running than the slots, never more starts than the rate', async () => {
+    const limit = 6;
+    const perMs = 400;
+    await db.tusk.tenants.set('both', { slots: 2, rate: { limit, perMs } });
+    let running = 0;
+    let peak = 0;
+    const tasks = {
+      slow: async () => {
+        peak = Math.max(peak, ++running);
+        await sleep(30);
+        running--;
+      },
+    };
+    await db.tusk.enqueueMany(Array.from({ length: 24 }, () => ({ task: 'slow', tenant: 'both', queue: 'both' })));
+    const workers = [0, 1].map(() =>
+      db.worker({ queues: ['both'], concurrency: 4, prefetch: 0, tasks }, db.another({ maxConnections: 4 })),
+    );
+    await Promise.all(workers.map((w) => w.start()));
+    await eventually(() => finishedIn('both'), 30_000);
+    await Promise.all(workers.map((w) => w.stop()));
+    expect(peak).toBeLessThanOrEqual(2);
+    const counts = [...(await startsPerWindow('both', 'both', perMs)).values()];
+    expect(Math.max(...counts)).toBeLessThanOrEqual(limit + 1);
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(24);
+  });
+
+  it('fetch (external leases) counts against the rate too, exactly, from several processes at once', async () => {
+    const perMs = 60_000;
+    await db.tusk.tenants.set('leased', { rate: { limit: 3, perMs } });
+    await db.tusk.enqueueMany(Array.from({ length: 10 }, () => ({ task: 'x', tenant: 'leased', queue: 'lease-rate' })));
+    // all in one window: not within a second of its end
+    const left = perMs - (Date.now() % perMs);
+    if (left < 1000) await sleep(left + 10);
+    const others = [db.another(), db.another()];
+    const got = await Promise.all([db.tusk, ...others].map((t) => t.fetch({ queue: 'lease-rate', count: 10 })));
+    const again = await Promise.all([db.tusk, ...others].map((t) => t.fetch({ queue: 'lease-rate', count: 10 })));
+    expect(got.flat().length + again.flat().length).toBe(3);
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'lease-rate'`);
+  });
+});

@@ -1,0 +1,226 @@
+import { describe, expect, it } from 'vitest';
+import { parseCrontab, TuskNotFoundError, TuskValidationError } from '../src/index.js';
+import { fireDueSchedules } from '../src/schedules/fire.js';
+import { eventually, sleep, useTestDb } from './helpers.js';
+
+const db = useTestDb(import.meta.url);
+
+/** Jobs enqueued by a schedule, with their tick (run_at), unfinished and finished. */
+async function tickJobs(schedule: string): Promise<Array<{ id: string; tick: Date; state: string }>> {
+  return db.rows(
+    `SELECT j.id, j.run_at AS tick, j.state::text AS state
+     FROM $schema.schedule_runs r
+     JOIN (SELECT id, run_at, state FROM $schema.jobs UNION ALL SELECT id, run_at, state FROM $schema.job_history) j
+       ON j.id = r.job_id
+     WHERE r.schedule = $1 ORDER BY j.run_at`,
+    [schedule],
+  );
+}
+
+describe('recurring jobs', () => {
+  it('3 workers over 5 ticks: exactly 5 jobs, one per tick, each started at its tick', async () => {
+    // five per-second ticks inside one minute, 2 s from now
+    let start = new Date(Math.ceil(Date.now() / 1000) * 1000 + 2000);
+    if (start.getUTCSeconds() > 54) {
+      await sleep(60_000 - (start.getTime() % 60_000) + 10);
+      start = new Date(Math.ceil(Date.now() / 1000) * 1000 + 2000);
+    }
+    const s = start.getUTCSeconds();
+    const cron = `${s}-${s + 4} ${start.getUTCMinutes()} ${start.getUTCHours()} ${start.getUTCDate()} ${start.getUTCMonth() + 1} *`;
+    const runs: Array<{ at: number; worker: number }> = [];
+    const instances = [0, 1, 2].map(() => db.another({ maxConnections: 4 }));
+    const workers = instances.map((t, i) =>
+      db.worker(
+        {
+          queues: ['cron'],
+          maintenanceMs: 100,
+          tasks: { report: () => void runs.push({ at: Date.now(), worker: i }) },
+        },
+        t,
+      ),
+    );
+    await Promise.all(workers.map((w) => w.start()));
+    const info = await db.tusk.schedule('five-ticks', cron, { task: 'report', queue: 'cron', tz: 'UTC' });
+    expect(info.nextRunAt).toEqual(start);
+    await eventually(() => runs.length >= 5 && Date.now() > start.getTime() + 5500, 20_000, 50);
+    await Promise.all(workers.map((w) => w.stop()));
+
+    const jobs = await tickJobs('five-ticks');
+    expect(jobs.map((j) => j.tick.getTime())).toEqual([0, 1, 2, 3, 4].map((i) => start.getTime() + i * 1000));
+    expect(jobs.every((j) => j.state === 'succeeded')).toBe(true);
+    expect(runs).toHaveLength(5);
+    // each job ran at its tick, not before (a tick is enqueued ahead as a scheduled job)
+    runs.sort((a, b) => a.at - b.at);
+    for (const [i, run] of runs.entries()) {
+      expect(run.at).toBeGreaterThanOrEqual(start.getTime() + i * 1000);
+    }
+    const schedule = await db.tusk.schedules.get('five-ticks');
+    expect(schedule.lastRunAt).toEqual(new Date(start.getTime() + 4000));
+    expect(schedule.nextRunAt?.getTime()).toBeGreaterThan(Date.now() + 300 * 24 * 3600_000); // next year
+    console.log(
+      `five ticks, 3 workers: jobs ran ${runs.map((r) => r.at - start.getTime()).join(', ')} ms after ${start.toISOString()}, by workers ${runs.map((r) => r.worker).join(',')}`,
+    );
+  });
+
+  it('set, get, list, remove; re-setting keeps the next tick; removing cancels ticks enqueued ahead', async () => {
+    const a = await db.tusk.schedule('nightly-report', '0 3 * * *', {
+      task: 'report',
+      payload: { kind: 'daily' },
+      tenant: 'acme',
+      tz: 'Europe/Paris',
+    });
+    expect(a).toMatchObject({
+      name: 'nightly-report',
+      task: 'report',
+      tenant: 'acme',
+      tz: 'Europe/Paris',
+      source: 'api',
+    });
+    const paris = new Intl.DateTimeFormat('en', { timeZone: 'Europe/Paris', hour: 'numeric', hourCycle: 'h23' });
+    expect(Number(paris.format(a.nextRunAt as Date))).toBe(3); // 3 o'clock in Paris
+    const again = await db.tusk.schedule('nightly-report', '0 3 * * *', {
+      task: 'report',
+      payload: { kind: 'v2' },
+      tenant: 'acme',
+      tz: 'Europe/Paris',
+    });
+    expect(again.nextRunAt).toEqual(a.nextRunAt);
+    expect(again.payload).toEqual({ kind: 'v2' });
+    expect((await db.tusk.schedules.list()).map((s) => s.name)).toContain('nightly-report');
+
+    // a per-second schedule fired ahead, then removed: its scheduled ticks are cancelled
+    await db.tusk.schedule('every-second', '* * * * * *', { queue: 'nowhere' });
+    const fired = await fireDueSchedules(await db.tusk.pool(), db.schema, 3000);
+    expect(fired?.jobs).toBeGreaterThanOrEqual(2);
+    const ahead = (await tickJobs('every-second')).filter((j) => j.state === 'scheduled');
+    expect(ahead.length).toBeGreaterThanOrEqual(1);
+    expect(await db.tusk.schedules.remove('every-second')).toBe(true);
+    expect(await db.tusk.schedules.remove('every-second')).toBe(false);
+    for (const j of ahead) expect((await db.tusk.getJob(j.id))?.state).toBe('cancelled');
+    await expect(db.tusk.schedules.get('every-second')).rejects.toThrow(TuskNotFoundError);
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'nowhere'`);
+  });
+
+  it('missed ticks after downtime: skipped by default, the latest N with backfill: N', async () => {
+    for (const [name, backfill] of [
+      ['skipper', 0],
+      ['filler', 3],
+    ] as const) {
+      await db.tusk.schedule(name, '*/5 * * * *', { queue: 'missed', backfill });
+      // Tusk was down for an hour: the next tick not enqueued is an hour old
+      await db.pool.query(
+        `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('hour', now()) - interval '1 hour' WHERE name = $1`,
+        [name],
+      );
+    }
+    const now = Date.now();
+    await fireDueSchedules(await db.tusk.pool(), db.schema, 1000);
+    const every = 5 * 60_000;
+    // ticks less than a minute late are not missed: enqueued (there is one if a tick
+    // passed in the last minute)
+    const late = Math.ceil((now - 60_000) / every) * every;
+    const onTime = late <= now ? [late] : [];
+    const missed = Math.floor((now - 60_000) / every) * every; // the latest missed tick
+    const ticks = async (name: string) => (await tickJobs(name)).map((j) => j.tick.getTime());
+    expect(await ticks('skipper')).toEqual(onTime);
+    expect(await ticks('filler')).toEqual([missed - 2 * every, missed - every, missed, ...onTime]);
+    for (const name of ['skipper', 'filler']) {
+      expect((await db.tusk.schedules.get(name)).nextRunAt?.getTime()).toBeGreaterThan(Date.now());
+    }
+    // nothing more on the next pass
+    await fireDueSchedules(await db.tusk.pool(), db.schema, 1000);
+    expect(await tickJobs('filler')).toHaveLength(3 + onTime.length);
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'missed'`);
+  });
+
+  it('a tick already enqueued is never enqueued again, whoever tries', async () => {
+    await db.tusk.schedule('once', '* * * * * *', { queue: 'once' });
+    const [row] = await db.rows<{ next: Date }>(
+      `SELECT next_run_at AS next FROM $schema.schedules WHERE name = 'once'`,
+    );
+    const tick = row?.next as Date;
+    const fire = (expected: Date) =>
+      db.rows<{ n: number }>(`SELECT $schema.fire_schedule('once', $1, ARRAY[$2::timestamptz], $3) AS n`, [
+        expected,
+        tick,
+        new Date(tick.getTime() + 1000),
+      ]);
+    expect((await fire(tick))[0]?.n).toBe(1);
+    expect((await fire(tick))[0]?.n).toBe(0); // the next tick moved on
+    await db.pool.query(`UPDATE "${db.schema}".schedules SET next_run_at = $1 WHERE name = 'once'`, [tick]);
+    expect((await fire(tick))[0]?.n).toBe(0); // the (schedule, tick) key refuses it
+    expect(await tickJobs('once')).toHaveLength(1);
+    await db.tusk.schedules.remove('once');
+  });
+
+  it('bad schedules are refused with the field named', async () => {
+    const cases: Array<[() => Promise<unknown>, RegExp]> = [
+      [() => db.tusk.schedule('x', '61 * * * *'), /^cron: .*minute/],
+      [() => db.tusk.schedule('x', '* * * * * * *'), /^cron: /],
+      [() => db.tusk.schedule('x', '0 3 * * *', { tz: 'Mars/Base' }), /^options\.tz: /],
+      [() => db.tusk.schedule('', '0 3 * * *'), /^name: must not be empty/],
+      [() => db.tusk.schedule('x', '0 3 * * *', { backfill: -1 }), /^options\.backfill/],
+      [() => db.tusk.schedule('x', '0 3 * * *', { every: 1 } as never), /^options: unknown option "every"/],
+      [() => db.tusk.schedule('x', '0 3 * * *', { payload: Number.NaN }), /^options\.payload/],
+    ];
+    for (const [call, message] of cases) {
+      const error = await call().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(TuskValidationError);
+      expect((error as Error).message).toMatch(message);
+    }
+    await expect(db.tusk.schedules.get('x')).rejects.toThrow(TuskNotFoundError);
+  });
+
+  it('a crontab file: parsed, synced, stale entries removed, API schedules left alone', async () => {
+    const text = [
+      '# cron                 name            options                          payload',
+      '0 3 * * *              nightly         task=report tenant=acme tz=Europe/Paris {"kind": "daily"}',
+      '*/30 * * * * *         heartbeat       queue=ops priority=-1',
+      '0 9 * * MON-FRI        weekdays',
+      '0 0 * * * MON          six-fields      backfill=2',
+      '@hourly                hourly          maxAttempts=2',
+      '',
+    ].join('\n');
+    const entries = parseCrontab(text, 'tusk.crontab');
+    expect(entries).toEqual([
+      {
+        name: 'nightly',
+        cron: '0 3 * * *',
+        options: { task: 'report', tenant: 'acme', tz: 'Europe/Paris', payload: { kind: 'daily' } },
+      },
+      { name: 'heartbeat', cron: '*/30 * * * * *', options: { queue: 'ops', priority: -1 } },
+      { name: 'weekdays', cron: '0 9 * * MON-FRI', options: {} },
+      { name: 'six-fields', cron: '0 0 * * * MON', options: { backfill: 2 } },
+      { name: 'hourly', cron: '@hourly', options: { maxAttempts: 2 } },
+    ]);
+    await db.tusk.schedule('api-made', '0 1 * * *');
+    expect(await db.tusk.schedules.syncCrontab(entries)).toEqual({
+      set: ['nightly', 'heartbeat', 'weekdays', 'six-fields', 'hourly'],
+      removed: [],
+    });
+    expect(await db.tusk.schedules.syncCrontab(entries.slice(0, 2))).toEqual({
+      set: ['nightly', 'heartbeat'],
+      removed: expect.arrayContaining(['weekdays', 'six-fields', 'hourly']),
+    });
+    const names = (await db.tusk.schedules.list()).map((s) => s.name);
+    expect(names).toEqual(expect.arrayContaining(['api-made', 'nightly', 'heartbeat']));
+    expect(names).not.toContain('hourly');
+    expect((await db.tusk.schedules.get('nightly')).source).toBe('crontab');
+
+    for (const [bad, message] of [
+      ['0 3 * * *', /^f:1: expected <cron expression> <name>/],
+      ['0 3 * * * a colour=red', /^f:1: unknown option "colour=red"/],
+      ['0 3 * * * a {"x": }', /^f:1: the payload is not valid JSON/],
+      ['# ok\n0 3 * * * a\n0 4 * * * a', /^f:3: schedule "a" is defined twice/],
+    ] as const) {
+      expect(() => parseCrontab(bad, 'f')).toThrow(message);
+    }
+    await expect(db.tusk.schedules.syncCrontab(parseCrontab('0 3 * * * bad-one backfill=-2', 'f'))).rejects.toThrow(
+      /^schedule bad-one: options\.backfill/,
+    );
+    await expect(db.tusk.schedules.syncCrontab(parseCrontab('0 3 * * * bad-two tz=Moon/Base', 'f'))).rejects.toThrow(
+      /^schedule bad-two: options\.tz: /,
+    );
+    for (const name of ['api-made', 'nightly', 'heartbeat']) await db.tusk.schedules.remove(name);
+  });
+});

@@ -1,0 +1,17 @@
+import { BaseSequencer, type TestSpecification } from 'vitest/node';
+
+/** Files that load the machine (fault injection, process fleets): run after all the others. */
+const LAST = ['/chaos.test.ts', '/drain-crash.test.ts'];
+
+/**
+ * Runs the fault-injection files last, so that the tests which measure latency (a delayed
+ * job starts within 100 ms, a woken worker claims at once) do not share the two cores with
+ * a fleet of worker processes and PostgreSQL restarts.
+ */
+export default class FaultsLast extends BaseSequencer {
+  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
+    const sorted = await super.sort(files);
+    const last = (spec: TestSpecification) => LAST.some((name) => spec.moduleId.endsWith(name));
+    return [...sorted.filter((spec) => !last(spec)), ...sorted.filter(last)];
+  }
+}

@@ -1,0 +1,334 @@
+import { describe, expect, it } from 'vitest';
+import type { Job, JobContext } from '../src/index.js';
+import { eventually, sleep, useTestDb } from './helpers.js';
+
+const db = useTestDb(import.meta.url);
+const finished = (id: string) =>
+  eventually(async () => {
+    const job = await db.tusk.getJob(id);
+    return job && ['succeeded', 'dead', 'cancelled', 'expired'].includes(job.state) ? job : null;
+  });
+const stateOf = async (id: string) => (await db.tusk.getJob(id))?.state;
+
+describe('worker', () => {
+  it('runs a job and records result, stats and timings', async () => {
+    const worker = db.worker({
+      queues: ['basic'],
+      tasks: {
+        add: async (p: { a: number; b: number }, ctx: JobContext) => {
+          ctx.stats({ rows: 3 });
+          ctx.stats({ bytes: 10 });
+          await sleep(30);
+          return { sum: p.a + p.b, attempt: ctx.job.attempt, tenant: ctx.job.tenant };
+        },
+      },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('add', { a: 2, b: 3 }, { queue: 'basic', tenant: 'acme' });
+    const job = (await finished(id)) as Job;
+    await worker.stop();
+    expect(job).toMatchObject({
+      state: 'succeeded',
+      attempts: 1,
+      result: { sum: 5, attempt: 1, tenant: 'acme' },
+      stats: { rows: 3, bytes: 10 },
+      error: null,
+    });
+    expect(job.runMs).toBeGreaterThanOrEqual(25);
+    expect(job.waitMs).toBeGreaterThanOrEqual(0);
+    expect(job.waitMs).toBeLessThan(1000);
+    expect(job.finishedAt?.getTime()).toBeGreaterThanOrEqual(job.startedAt?.getTime() ?? Number.POSITIVE_INFINITY);
+  });
+
+  it('runs jobs FIFO by (priority, enqueue order)', async () => {
+    const order: number[] = [];
+    const specs = [5, 0, 5, -1, 0, 5, -1, 0].map((priority, i) => ({
+      task: 'rec',
+      payload: { i },
+      priority,
+      queue: 'fifo',
+    }));
+    await db.tusk.enqueueMany(specs);
+    const worker = db.worker({
+      queues: ['fifo'],
+      concurrency: 1,
+      prefetch: 0,
+      tasks: { rec: (p: { i: number }) => void order.push(p.i) },
+    });
+    await worker.start();
+    await eventually(() => order.length === specs.length);
+    await worker.stop();
+    const expected = specs
+      .map((s, i) => ({ p: s.priority, i }))
+      .sort((a, b) => a.p - b.p || a.i - b.i)
+      .map((x) => x.i);
+    expect(order).toEqual(expected);
+  });
+
+  it('does not start a delayed job early, and starts it promptly when due', async () => {
+    let startedAt = 0;
+    const worker = db.worker({
+      queues: ['delay'],
+      tasks: {
+        later: () => {
+          startedAt = Date.now();
+        },
+      },
+    });
+    await worker.start();
+    const enqueuedAt = Date.now();
+    const { id } = await db.tusk.enqueue('later', {}, { queue: 'delay', delayMs: 700 });
+    await finished(id);
+    await worker.stop();
+    expect(startedAt - enqueuedAt).toBeGreaterThanOrEqual(700);
+    expect(startedAt - enqueuedAt).toBeLessThan(700 + 400);
+  });
+
+  it('retries a failing job with backoff until dead, keeping every attempt error', async () => {
+    const worker = db.worker({
+      queues: ['retry'],
+      tasks: {
+        flaky: {
+          handler: (_p, ctx) => {
+            throw new Error(`failure #${ctx.job.attempt}`);
+          },
+          retry: { backoff: 20 },
+        },
+      },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('flaky', {}, { queue: 'retry', maxAttempts: 3 });
+    const job = (await finished(id)) as Job;
+    await worker.stop();
+    expect(job.state).toBe('dead');
+    expect(job.attempts).toBe(3);
+    expect(job.errors.map((e) => [e.attempt, e.message])).toEqual([
+      [1, 'failure #1'],
+      [2, 'failure #2'],
+      [3, 'failure #3'],
+    ]);
+    expect(job.error?.stack).toContain('failure #3');
+    expect(job.error?.name).toBe('Error');
+  });
+
+  it('a job that failed once and then succeeded keeps its error history', async () => {
+    const worker = db.worker({
+      queues: ['retry2'],
+      tasks: {
+        once: {
+          handler: (_p, ctx) => {
+            if (ctx.job.attempt === 1) throw 'a plain string';
+            return 'ok';
+          },
+          retry: { backoff: 0 },
+        },
+      },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('once', {}, { queue: 'retry2' });
+    const job = (await finished(id)) as Job;
+    await worker.stop();
+    expect(job).toMatchObject({ state: 'succeeded', attempts: 2, result: 'ok' });
+    expect(job.errors).toHaveLength(1);
+    expect(job.errors[0]).toMatchObject({
+      attempt: 1,
+      name: 'NonError',
+      message: 'a non-Error value was thrown: "a plain string"',
+    });
+  });
+
+  it('ends a job whose expiresAt passed before it ran as expired, without running it', async () => {
+    let ran = false;
+    const { id } = await db.tusk.enqueue('stale', {}, { queue: 'expiry', expiresAt: new Date(Date.now() + 100) });
+    await sleep(250);
+    const worker = db.worker({
+      queues: ['expiry'],
+      tasks: {
+        stale: () => {
+          ran = true;
+        },
+      },
+    });
+    await worker.start();
+    const job = (await finished(id)) as Job;
+    await worker.stop();
+    expect(job.state).toBe('expired');
+    expect(job.startedAt).toBeNull();
+    expect(ran).toBe(false);
+  });
+
+  it('fails a job of an unknown task with a clear error and keeps running others', async () => {
+    const worker = db.worker({ queues: ['unknown'], tasks: { known: () => 'fine' } });
+    await worker.start();
+    const { id: bad } = await db.tusk.enqueue('nobody_handles_this', {}, { queue: 'unknown', maxAttempts: 1 });
+    const { id: good } = await db.tusk.enqueue('known', {}, { queue: 'unknown' });
+    const [badJob, goodJob] = await Promise.all([finished(bad), finished(good)]);
+    await worker.stop();
+    expect(badJob).toMatchObject({ state: 'dead' });
+    expect(badJob?.error).toMatchObject({
+      name: 'UnknownTaskError',
+      message: 'no handler for task "nobody_handles_this" in this worker (it has: "known")',
+    });
+    expect(goodJob?.state).toBe('succeeded');
+  });
+
+  it('times out a handler that never resolves, and records it', async () => {
+    const worker = db.worker({
+      queues: ['timeout'],
+      tasks: { hang: { handler: () => new Promise(() => {}), timeoutMs: 150, retry: { backoff: 0 } } },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('hang', {}, { queue: 'timeout', maxAttempts: 2 });
+    const job = (await finished(id)) as Job;
+    await worker.stop();
+    expect(job.state).toBe('dead');
+    expect(job.errors.map((e) => e.name)).toEqual(['JobTimeoutError', 'JobTimeoutError']);
+    expect(job.error?.message).toBe('the job ran past its timeout of 150 ms');
+  });
+
+  it('cancels a running job: its signal aborts and it ends cancelled', async () => {
+    let aborted: unknown = null;
+    const worker = db.worker({
+      queues: ['cancel'],
+      tasks: {
+        long: (_p, ctx) =>
+          new Promise((_resolve, reject) => {
+            ctx.signal.addEventListener('abort', () => {
+              aborted = ctx.signal.reason;
+              reject(ctx.signal.reason);
+            });
+          }),
+      },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('long', {}, { queue: 'cancel' });
+    await eventually(async () => (await stateOf(id)) === 'running');
+    expect(await db.tusk.cancel(id)).toBe('running');
+    const job = (await finished(id)) as Job;
+    await worker.stop();
+    expect(job.state).toBe('cancelled');
+    expect((aborted as Error).name).toBe('JobCancelledError');
+  });
+});
+
+describe('throughput options', () => {
+  it('batchSize bounds claims and writes; asyncCommit still records every outcome', async () => {
+    const { ids } = await db.tusk.enqueueMany(
+      Array.from({ length: 300 }, (_, i) => ({ task: 'even', payload: i, queue: 'tp' })),
+    );
+    const worker = db.worker({
+      queues: ['tp'],
+      batchSize: 50,
+      asyncCommit: true,
+      tasks: {
+        even: { handler: (n: number) => (n % 2 ? Promise.reject(new Error('odd')) : n), retry: { backoff: 0 } },
+      },
+    });
+    await worker.start();
+    await eventually(async () => (await db.rows(`SELECT 1 FROM $schema.jobs WHERE queue = 'tp'`)).length === 0);
+    await worker.stop();
+    const states = await db.rows<{ state: string; n: number }>(
+      `SELECT state::text, count(*)::int AS n FROM $schema.job_history WHERE id = ANY($1::bigint[]) GROUP BY 1 ORDER BY 1`,
+      [ids],
+    );
+    expect(states).toEqual([
+      { state: 'dead', n: 150 },
+      { state: 'succeeded', n: 150 },
+    ]);
+    expect(worker.counters.claimed).toBe(300 + 150 * 4); // odd ones: 5 attempts each
+  });
+});
+
+describe('graceful stop', () => {
+  it('lets running jobs finish within the grace period', async () => {
+    const worker = db.worker({
+      queues: ['stop1'],
+      tasks: {
+        slow: async () => {
+          await sleep(300);
+          return 'done';
+        },
+      },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('slow', {}, { queue: 'stop1' });
+    await eventually(async () => (await stateOf(id)) === 'running');
+    await worker.stop();
+    expect(await db.tusk.getJob(id)).toMatchObject({ state: 'succeeded', result: 'done' });
+  });
+
+  it('aborts and releases jobs still running after the grace period (attempt counted)', async () => {
+    let signalled = false;
+    const worker = db.worker({
+      queues: ['stop2'],
+      shutdownTimeoutMs: 200,
+      tasks: {
+        stuck: (_p, ctx) =>
+          new Promise(() => {
+            ctx.signal.addEventListener('abort', () => {
+              signalled = true;
+            });
+          }),
+      },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('stuck', {}, { queue: 'stop2' });
+    await eventually(async () => (await stateOf(id)) === 'running');
+    const t0 = Date.now();
+    await worker.stop();
+    expect(Date.now() - t0).toBeLessThan(2000);
+    expect(signalled).toBe(true);
+    const job = await db.tusk.getJob(id);
+    expect(job).toMatchObject({ state: 'available', attempts: 1 });
+    expect(job?.error?.name).toBe('WorkerStoppingError');
+    expect((await db.tusk.tenants.get('default')).running).toBe(0);
+  });
+
+  it('gives back jobs claimed ahead but not started, without counting an attempt', async () => {
+    const { ids } = await db.tusk.enqueueMany(Array.from({ length: 6 }, () => ({ task: 'slow', queue: 'stop3' })));
+    const worker = db.worker({ queues: ['stop3'], concurrency: 1, prefetch: 5, tasks: { slow: () => sleep(200) } });
+    await worker.start();
+    await eventually(
+      async () =>
+        (await db.rows(`SELECT 1 FROM $schema.jobs WHERE queue = 'stop3' AND state = 'running'`)).length === 6,
+    );
+    await worker.stop();
+    const jobs = await Promise.all(ids.map((id) => db.tusk.getJob(id)));
+    expect(jobs.filter((j) => j?.state === 'succeeded')).toHaveLength(1);
+    expect(jobs.filter((j) => j?.state === 'available').every((j) => j?.attempts === 0 && j.error === null)).toBe(true);
+    expect(jobs.filter((j) => j?.state === 'available')).toHaveLength(5);
+  });
+});
+
+describe('exactly-once claim', () => {
+  it('three workers on 600 jobs: each job runs once, never twice at the same time', async () => {
+    const runs = new Map<string, number>();
+    let overlap = 0;
+    const active = new Set<string>();
+    const handler = async (_p: unknown, ctx: JobContext) => {
+      if (active.has(ctx.job.id)) overlap++;
+      active.add(ctx.job.id);
+      runs.set(ctx.job.id, (runs.get(ctx.job.id) ?? 0) + 1);
+      await sleep(Math.random() * 3);
+      active.delete(ctx.job.id);
+    };
+    const { ids } = await db.tusk.enqueueMany(
+      Array.from({ length: 600 }, (_, i) => ({ task: 'once', queue: 'race', tenant: `t${i % 4}` })),
+    );
+    const workers = [0, 1, 2].map(() =>
+      db.worker({ queues: ['race'], concurrency: 8, tasks: { once: handler } }, db.another()),
+    );
+    await Promise.all(workers.map((w) => w.start()));
+    await eventually(
+      async () => (await db.rows(`SELECT 1 FROM $schema.jobs WHERE queue = 'race'`)).length === 0,
+      20_000,
+    );
+    await Promise.all(workers.map((w) => w.stop()));
+    expect(overlap).toBe(0);
+    expect(ids.every((id) => runs.get(id) === 1)).toBe(true);
+    const history = await db.rows<{ n: number }>(
+      `SELECT count(*)::int AS n FROM $schema.job_history WHERE queue = 'race' AND state = 'succeeded'`,
+    );
+    expect(history[0]?.n).toBe(600);
+  });
+});
