@@ -80,7 +80,11 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const say = o.progress ?? (() => {});
   const started = Date.now();
   const server = await startEmbedded({ dir: o.dir });
-  const observer = new pg.Pool({ connectionString: server.connectionString, max: 3, application_name: 'chaos-observer' });
+  const observer = new pg.Pool({
+    connectionString: server.connectionString,
+    max: 3,
+    application_name: 'chaos-observer',
+  });
   observer.on('error', () => {}); // the restart drops its idle connections
   const q = (sql: string, values?: unknown[]) => observer.query(sql.replaceAll('$schema', `"${o.schema}"`), values);
   const fleet = new Fleet({
@@ -109,7 +113,9 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       await sleep(100);
       left = await remaining().catch(() => left); // the server may be restarting
       const done = 1 - left / o.jobs;
-      say(`chaos · ${(o.jobs - left).toLocaleString('en')} / ${o.jobs.toLocaleString('en')} done · ${faults.length} faults`);
+      say(
+        `chaos · ${(o.jobs - left).toLocaleString('en')} / ${o.jobs.toLocaleString('en')} done · ${faults.length} faults`,
+      );
       if (Date.now() >= nextKill && left > 0) {
         // spared: the frozen worker until it has woken and reported, so its refused outcomes show
         const victim = pick([...fleet.live.values()].filter((w) => w !== spared));
@@ -130,9 +136,10 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
         const victim = pick([...fleet.live.values()].filter((w) => w !== spared && connected.has(slotName(w.slot))));
         if (victim) {
           const at = Date.now();
-          const { rowCount } = await q('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [
-            slotName(victim.slot),
-          ]);
+          const { rowCount } = await q(
+            'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1',
+            [slotName(victim.slot)],
+          );
           faults.push({
             type: 'terminate',
             at,
@@ -295,12 +302,7 @@ async function check(
     }
   }
   const reruns = [...rerunBy.values()].reduce((a, b) => a + b, 0);
-  expect(
-    'executions > 1 not explained by a fault',
-    unexplained.length,
-    '0',
-    unexplained.length === 0,
-  );
+  expect('executions > 1 not explained by a fault', unexplained.length, '0', unexplained.length === 0);
   failures.push(...unexplained.slice(0, 5));
   checks.push([
     'jobs run again after a fault',
@@ -311,7 +313,9 @@ async function check(
   killToRerun.sort((a, b) => a - b);
   checks.push([
     'kill → re-run of its jobs, ms (p50 / max)',
-    killToRerun.length ? `${Math.round(pct(killToRerun, 0.5))} / ${Math.round(killToRerun.at(-1) ?? 0)}` : 'no job in hand',
+    killToRerun.length
+      ? `${Math.round(pct(killToRerun, 0.5))} / ${Math.round(killToRerun.at(-1) ?? 0)}`
+      : 'no job in hand',
     '',
     true,
   ]);
@@ -365,13 +369,9 @@ async function check(
     ]);
   }
   const gaveUp = fleet.unexpectedExits();
-  expect(
-    'workers that exited on their own',
-    gaveUp.length,
-    '0',
-    gaveUp.length === 0,
-  );
-  for (const w of gaveUp) failures.push(`worker ${w.pid} exited (${w.exitCode ?? w.exitSignal}):\n${w.log.slice(-25).join('\n')}`);
+  expect('workers that exited on their own', gaveUp.length, '0', gaveUp.length === 0);
+  for (const w of gaveUp)
+    failures.push(`worker ${w.pid} exited (${w.exitCode ?? w.exitSignal}):\n${w.log.slice(-25).join('\n')}`);
   expect(
     'graceful stop at the end (exit codes)',
     exitCodes.join(' '),

@@ -11,8 +11,19 @@ const int = (name: string) => (v: string) => {
   return n;
 };
 
+let lastStep = '';
+let lastAt = 0;
+/** A live status line on a terminal; piped, each new step and its counters every 10 s. */
 const status = (line: string) => {
-  if (process.stderr.isTTY) process.stderr.write(`\r\x1b[2K${line}`);
+  if (process.stderr.isTTY) {
+    process.stderr.write(`\r\x1b[2K${line}`);
+    return;
+  }
+  const step = line.replace(/[\d,.]+ ?\/ ?[\d,.]+.*$/, '').trim();
+  if (!step || (step === lastStep && Date.now() - lastAt < 10_000)) return;
+  process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${line}\n`);
+  lastStep = step;
+  lastAt = Date.now();
 };
 
 interface Options {

@@ -228,14 +228,10 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
       void r;
       await recover('REPEATABLE READ scanners');
     }
-
-    // 3. 1.5× overload, then back to the steady rate: the backlog must drain
-    {
-      load.rate = Math.round(rate * 1.5);
-      measure('1.5× overload', await run(o.phaseMs));
-      load.rate = rate;
-      await recover('1.5× overload');
-    }
+    load.rate = Math.round(rate * 1.5);
+    measure('1.5× overload', await run(o.phaseMs));
+    load.rate = rate;
+    await recover('1.5× overload');
 
     // 4. pg_terminate_backend against the workers' connections, 300 idle connections held
     {
@@ -340,8 +336,7 @@ class Producer {
   }
 }
 
-
-/** Once a second: dead tuples, backlog, and what the workers' connections wait on. */
+/** Twice a second: dead tuples, backlog, and what the workers' connections wait on. */
 function sample(
   q: (sql: string, values?: unknown[]) => Promise<pg.QueryResult>,
   schema: string,
@@ -361,8 +356,10 @@ function sample(
         [schema],
       );
       const waits = await q(
-        `SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') AS w FROM pg_stat_activity
-         WHERE application_name LIKE 'pressure-w%' AND state = 'active'`,
+        // what the workers' connections wait on, and in which of Tusk's functions
+        `SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') || ' ' ||
+                coalesce(substring(query from '.([a-z_]+)('), left(query, 12)) AS w
+         FROM pg_stat_activity WHERE application_name LIKE 'pressure-w%' AND state = 'active'`,
       );
       const r = rows[0] as { dead_jobs: string; dead_history: string; backlog: string };
       into.push({
@@ -377,7 +374,7 @@ function sample(
     } finally {
       busy = false;
     }
-  }, 1000);
+  }, 500);
   return () => clearInterval(timer);
 }
 
@@ -412,7 +409,16 @@ function summarize(
   const top = [...waits]
     .sort((a, b) => b[1] - a[1])
     .slice(0, 3)
-    .map(([x, n]) => `${x} ${Math.round((100 * n) / Math.max(1, [...waits.values()].reduce((a, b) => a + b, 0)))}%`)
+    .map(
+      ([x, n]) =>
+        `${x} ${Math.round(
+          (100 * n) /
+            Math.max(
+              1,
+              [...waits.values()].reduce((a, b) => a + b, 0),
+            ),
+        )}%`,
+    )
     .join(', ');
   return {
     phase,
@@ -447,7 +453,19 @@ export function renderPressure(r: PressureReport, o: PressureOptions): string {
       `capacity ${Math.round(r.capacity)} jobs/s, steady producer at ${r.rate} jobs/s (70 %)`,
     '',
     renderTable(
-      ['phase', 's', 'enqueued/s', 'started/s', 'p50 ≤ ms', 'p99 ≤ ms', 'dead jobs', 'dead history', 'jobs rows', 'recovered', 'waits (workers)'],
+      [
+        'phase',
+        's',
+        'enqueued/s',
+        'started/s',
+        'p50 ≤ ms',
+        'p99 ≤ ms',
+        'dead jobs',
+        'dead history',
+        'jobs rows',
+        'recovered',
+        'workers wait on (in)',
+      ],
       r.phases.map((p) => [
         p.phase,
         Math.round(p.seconds),

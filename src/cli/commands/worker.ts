@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -44,8 +45,15 @@ interface WorkerModule {
  * on its default export.
  */
 export async function loadWorkerModule(specifier: string): Promise<WorkerModule> {
-  const local = specifier.startsWith('.') || specifier.startsWith('/');
-  const path = local ? resolve(specifier) : createRequire(resolve('package.json')).resolve(specifier);
+  // a path (with or without ./) or a package installed here
+  const local = specifier.startsWith('.') || specifier.startsWith('/') || existsSync(specifier);
+  let path: string;
+  try {
+    path = local ? resolve(specifier) : createRequire(resolve('package.json')).resolve(specifier);
+  } catch {
+    throw new TuskError(`cannot find the worker module ${specifier}: not a file here nor an installed package`);
+  }
+  if (!existsSync(path)) throw new TuskError(`cannot find the worker module ${specifier}: no file ${path}`);
   const mod = (await import(pathToFileURL(path).href)) as WorkerModule & { default?: WorkerModule };
   const tasks = mod.tasks ?? mod.default?.tasks;
   const setup = mod.setup ?? mod.default?.setup;
