@@ -6,6 +6,7 @@
 import pg from 'pg';
 import { renderTable } from '../src/cli/table.js';
 import { startEmbedded } from '../src/db/embedded.js';
+import { isConnectionError } from '../src/errors.js';
 import { dropSchema } from '../src/migrate/migrate.js';
 import { Tusk } from '../src/tusk.js';
 import { Fleet, namedUrl } from './fleet.js';
@@ -358,7 +359,7 @@ function sample(
       const waits = await q(
         // what the workers' connections wait on, and in which of Tusk's functions
         `SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') || ' ' ||
-                coalesce(substring(query from '.([a-z_]+)('), left(query, 12)) AS w
+                coalesce(substring(query from '\\.([a-z_]+)\\('), left(query, 12)) AS w
          FROM pg_stat_activity WHERE application_name LIKE 'pressure-w%' AND state = 'active'`,
       );
       const r = rows[0] as { dead_jobs: string; dead_history: string; backlog: string };
@@ -369,8 +370,9 @@ function sample(
         backlog: Number(r.backlog),
         waits: waits.rows.map((w: { w: string }) => w.w),
       });
-    } catch {
-      // a terminated observer connection: the next sample reconnects
+    } catch (error) {
+      // a terminated observer connection: the next sample reconnects; anything else is a bug
+      if (!isConnectionError(error)) throw error;
     } finally {
       busy = false;
     }
