@@ -1,5 +1,6 @@
 import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
+import type pg from 'pg';
 import { toJson } from '../client/json.js';
 import type { Database } from '../db/connection.js';
 import { Listener } from '../db/listener.js';
@@ -165,15 +166,7 @@ export class Worker {
         log: this.#host.log,
         onNotification: (channel, payload) => (channel === names.cancel ? this.#cancelled(payload) : this.#notified()),
         onConnect: async (client) => {
-          this.#id = await registerWorker(client, this.#host.schema, {
-            id: this.#id,
-            name: this.#opts.name ?? `${hostname()}:${process.pid}`,
-            host: hostname(),
-            pid: process.pid,
-            queues: this.#queueNames(),
-            concurrency: this.#opts.concurrency,
-            version: VERSION,
-          });
+          await this.#register(client);
           this.#wakeUp();
         },
         // the worker may look dead meanwhile and its jobs be handed to others: buffered
@@ -614,21 +607,26 @@ export class Worker {
     const result = await heartbeat(db.pool, this.#host.schema, this.#id, held, this.#opts.leaseMs);
     if (!result.alive && this.#listener.client) {
       // our row was reaped while the connection lived on (e.g. after a long stall)
-      this.#id = await registerWorker(this.#listener.client, this.#host.schema, {
-        id: this.#id,
-        name: this.#opts.name ?? `${hostname()}:${process.pid}`,
-        host: hostname(),
-        pid: process.pid,
-        queues: this.#queueNames(),
-        concurrency: this.#opts.concurrency,
-        version: VERSION,
-      });
+      await this.#register(this.#listener.client);
     }
     for (const id of result.cancelled) this.#cancelled(id);
     for (const id of result.lost) this.#lost(id);
     // the leases of the jobs still held run at least half a lease from sentAt
     this.#leasesCheckedAt = sentAt;
     this.#pump();
+  }
+
+  /** Registers (or re-registers, keeping its id) the worker on its listening connection. */
+  async #register(client: pg.Client): Promise<void> {
+    this.#id = await registerWorker(client, this.#host.schema, {
+      id: this.#id,
+      name: this.#opts.name ?? `${hostname()}:${process.pid}`,
+      host: hostname(),
+      pid: process.pid,
+      queues: this.#queueNames(),
+      concurrency: this.#opts.concurrency,
+      version: VERSION,
+    });
   }
 
   async #maintain(): Promise<void> {
