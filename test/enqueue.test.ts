@@ -100,13 +100,14 @@ describe('enqueue', () => {
   it('big batches go through COPY: ids in input order, every field exact, one NOTIFY', async () => {
     const odd = 'tab\there\nnewline \\ backslash \\N "quotes" ünïcödé 👋';
     const jobs = Array.from({ length: 1500 }, (_, i) => ({
-      task: i % 2 ? `t\t${i % 3}` : 'copy',
+      task: i % 2 ? `t "${i % 3}" ü` : 'copy',
       payload: { i, s: odd, nested: [{ x: odd }] },
       tenant: `ten\\ant-${i % 4}`,
-      queue: i % 5 ? 'copy-q' : 'copy\nq',
+      queue: i % 5 ? 'copy-q' : 'copy\\Nq',
       priority: (i % 7) - 3,
       maxAttempts: (i % 3) + 1,
-      concurrencyKey: i % 2 ? `user:${i % 9}` : undefined,
+      // names have no control characters; keys may (COPY must escape them)
+      concurrencyKey: i % 2 ? `user:\t${i % 9}\n` : undefined,
       expiresAt: i % 10 ? undefined : new Date(Date.UTC(2030, 0, 1)),
       retry: i % 11 ? undefined : { backoff: 250, queue: 'again' },
     }));

@@ -5,21 +5,49 @@ import { TuskValidationError } from '../errors.js';
 /** Longest delay accepted: 100 years. */
 export const MAX_DELAY_MS = 100 * 365.25 * 24 * 3600 * 1000;
 
-/** A name stored as text: non-empty, bounded, no NUL, well-formed Unicode. */
-export const nameSchema = (max: number) =>
-  z
-    .string({ error: (issue) => `must be a string (got ${describe(issue.input)})` })
-    .min(1, 'must not be empty')
-    .max(max, `must be at most ${max} characters`)
+/** Text jsonb and text columns store exactly: no NUL, well-formed Unicode (no lone surrogates). */
+export const storableText = <T extends z.ZodString>(schema: T) =>
+  schema
     .refine((s) => !s.includes('\u0000'), 'must not contain NUL characters')
     .refine((s) => s.isWellFormed(), 'must be well-formed Unicode (no lone surrogates)');
 
-const integer = (min: number, max: number) =>
+const text = (max: number) =>
   z
-    .number({ error: (issue) => `must be a number (got ${describe(issue.input)})` })
-    .refine((n) => Number.isInteger(n) && n >= min && n <= max, {
-      error: (issue) => `must be an integer from ${min} to ${max} (got ${describe(issue.input)})`,
-    });
+    .string({ error: (issue) => `must be a string (got ${describe(issue.input)})` })
+    .min(1, 'must not be empty')
+    .max(max, { error: (issue) => `must be at most ${max} characters (got ${describe(issue.input)})` });
+
+/** C0 and C1 control characters (Unicode category Cc: newline, tab, escape, DEL...). */
+const CONTROL = /\p{Cc}/u;
+
+/**
+ * A name (task, queue, tenant, schedule...): it is shown in logs, tables, metrics and the
+ * dashboard, so besides being storable it has no control characters. 1 to `max`
+ * characters, counted in code points as PostgreSQL counts them.
+ */
+export const nameSchema = (max: number) =>
+  storableText(text(max)).refine((s) => !CONTROL.test(s), {
+    error: (issue) =>
+      `must not contain control characters (U+0000-U+001F, U+007F-U+009F; got ${describe(issue.input)})`,
+  });
+
+/** A key (concurrency key, dedup key) compared, never shown: any storable text. */
+export const keySchema = (max: number) => storableText(text(max));
+
+/** An integer from `min` to `max`, with errors that say so and show the value. */
+export const integer = (min: number, max: number) => {
+  const rule = {
+    error: (issue: { input?: unknown }) => `must be an integer from ${min} to ${max} (got ${describe(issue.input)})`,
+  };
+  return z
+    .number({
+      error: (issue) =>
+        typeof issue.input === 'number' ? rule.error(issue) : `must be a number (got ${describe(issue.input)})`,
+    })
+    .int(rule)
+    .min(min, rule)
+    .max(max, rule);
+};
 
 /** A real Date inside PostgreSQL's comfortable range (years 1 to 9999). */
 export const dateSchema = z.custom<Date>(
@@ -42,9 +70,9 @@ export const jobOptionShape = {
   delayMs: integer(0, MAX_DELAY_MS).optional(),
   maxAttempts: integer(1, 1000).optional(),
   expiresAt: dateSchema.optional(),
-  concurrencyKey: nameSchema(256).optional(),
-  dedupe: z.boolean({ error: 'must be true or false' }).optional(),
-  dedupKey: nameSchema(512).optional(),
+  concurrencyKey: keySchema(256).optional(),
+  dedupe: z.boolean({ error: (issue) => `must be true or false (got ${describe(issue.input)})` }).optional(),
+  dedupKey: keySchema(512).optional(),
   dedupWindowMs: integer(0, MAX_DELAY_MS).optional(),
   source: z
     .strictObject({
@@ -94,22 +122,103 @@ export const jobSpecSchema = z
 
 /**
  * Parses `value` with `schema`, or throws a TuskValidationError naming the field, e.g.
- * `options.delayMs: must be an integer from 0 to ... (got -1)`.
+ * `options.delayMs: must be an integer from 0 to ... (got -1)`; an unknown option says
+ * which known one it may be a typo of.
  */
 export function parse<T>(schema: z.ZodType<T>, value: unknown, field: string): T {
   const result = schema.safeParse(value);
   if (result.success) return result.data;
-  const issue = result.error.issues[0];
-  if (!issue) throw new TuskValidationError(field, 'is invalid');
-  const path = [field, ...issue.path.map(String)].join('.');
+  const found = result.error.issues[0];
+  if (!found) throw new TuskValidationError(field, 'is invalid');
+  const { issue, at } = furthest(found);
+  const path = [field, ...at.map(String)].join('.');
   if (issue.code === 'unrecognized_keys') {
-    const keys = issue.keys.map((k) => JSON.stringify(k)).join(', ');
-    throw new TuskValidationError(path, `unknown option${issue.keys.length > 1 ? 's' : ''} ${keys}`);
+    throw new TuskValidationError(path, unknownOptions(issue.keys, keysAt(schema, at)));
   }
   if (issue.code === 'invalid_type' && issue.expected === 'object' && issue.message.startsWith('Invalid input')) {
     throw new TuskValidationError(path, `must be an object (got ${describe(issue.input)})`);
   }
   throw new TuskValidationError(path, issue.message);
+}
+
+type Issue = z.core.$ZodIssue;
+
+/**
+ * The issue to report and its full path: for a value no branch of a union took, the issue
+ * of the branch that got furthest (a task definition refused for its timeoutMs, not for
+ * not being a function).
+ */
+export function furthest(issue: Issue, prefix: PropertyKey[] = []): { issue: Issue; at: PropertyKey[] } {
+  const at = [...prefix, ...issue.path];
+  if (issue.code !== 'invalid_union' || issue.errors.length === 0) return { issue, at };
+  let best: Issue | undefined;
+  for (const branch of issue.errors) {
+    const first = branch[0];
+    if (first && (!best || first.path.length > best.path.length)) best = first;
+  }
+  if (!best || best.path.length === 0) return { issue, at };
+  return furthest(best, at);
+}
+
+/** `unknown option "delay" (did you mean "delayMs"?)`, given the options `known`, if known. */
+export function unknownOptions(keys: readonly string[], known: string[] | null): string {
+  const guess = keys.length === 1 && known ? closest(keys[0] as string, known) : null;
+  const hint = guess ? ` (did you mean ${JSON.stringify(guess)}?)` : '';
+  return `unknown option${keys.length > 1 ? 's' : ''} ${keys.map((k) => JSON.stringify(k)).join(', ')}${hint}`;
+}
+
+type Def = Record<string, unknown> & { type: string };
+const defOf = (schema: unknown): Def | undefined => (schema as { _zod?: { def: Def } } | undefined)?._zod?.def;
+
+/** The keys of the object schema at `path` inside `schema`, if it is one. */
+export function keysAt(schema: unknown, path: PropertyKey[]): string[] | null {
+  const def = defOf(schema);
+  if (!def) return null;
+  if (['optional', 'nullable', 'default'].includes(def.type)) return keysAt(def.innerType, path);
+  if (def.type === 'pipe') return keysAt(def.in, path);
+  if (def.type === 'union') {
+    for (const option of def.options as unknown[]) {
+      const keys = keysAt(option, path);
+      if (keys) return keys;
+    }
+    return null;
+  }
+  const [segment, ...rest] = path;
+  if (segment === undefined) return def.type === 'object' ? Object.keys(def.shape as object) : null;
+  if (def.type === 'object') return keysAt((def.shape as Record<PropertyKey, unknown>)[segment], rest);
+  if (def.type === 'array') return keysAt(def.element, rest);
+  if (def.type === 'record') return keysAt(def.valueType, rest);
+  return null;
+}
+
+/** The known key `key` is likely a typo of: a prefix either way, or at most 2 edits away. */
+export function closest(key: string, known: string[]): string | null {
+  const lower = key.toLowerCase();
+  let best: string | null = null;
+  let bestDistance = 3;
+  for (const candidate of known) {
+    const c = candidate.toLowerCase();
+    const prefix = (lower.length >= 3 && c.startsWith(lower)) || (c.length >= 3 && lower.startsWith(c));
+    const distance = prefix ? 1 : editDistance(lower, c);
+    if (distance < bestDistance) {
+      best = candidate;
+      bestDistance = distance;
+    }
+  }
+  return best;
+}
+
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      row[j] = Math.min((previous[j] as number) + 1, (row[j - 1] as number) + 1, (previous[j - 1] as number) + cost);
+    }
+    previous = row;
+  }
+  return previous[b.length] as number;
 }
 
 /** A short description of a bad value for error messages. */

@@ -1,6 +1,6 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { z } from 'zod';
-import { nameSchema } from '../client/validate.js';
+import { describe, furthest, integer, keysAt, MAX_DELAY_MS, nameSchema, unknownOptions } from '../client/validate.js';
 import { TuskValidationError } from '../errors.js';
 import type { RetryPolicy } from '../policies/backoff.js';
 import type { JobSource } from '../types.js';
@@ -93,24 +93,25 @@ const isFunction = (f: unknown) => typeof f === 'function';
 
 /** A retry policy as a task definition may give it (backoff may be a function). */
 export const retrySchema = z.strictObject({
-  maxAttempts: z.number().int().min(1).max(1000).optional(),
+  maxAttempts: integer(1, 1000).optional(),
   backoff: z
-    .union([
-      z.literal('exponential'),
-      z.number().int().min(0),
-      z.custom<(e: unknown, n: number) => number | false>(isFunction),
-    ])
+    .union(
+      [
+        z.literal('exponential'),
+        integer(0, MAX_DELAY_MS),
+        z.custom<(e: unknown, n: number) => number | false>(isFunction),
+      ],
+      {
+        error: (issue) =>
+          `must be 'exponential', a number of milliseconds from 0 to ${MAX_DELAY_MS}, or a function (error, attempt) => ms | false (got ${describe(issue.input)})`,
+      },
+    )
     .optional(),
   queue: nameSchema(128).optional(),
 });
 
 /** A time limit of one attempt (null: none). */
-export const timeoutSchema = z
-  .number()
-  .int()
-  .min(1)
-  .max(2 ** 31 - 1)
-  .nullable();
+export const timeoutSchema = integer(1, 2 ** 31 - 1).nullable();
 
 /** A Standard Schema validator (zod 4, valibot, arktype, ...). */
 const standardSchema = z.custom<StandardSchemaV1>(
@@ -131,10 +132,9 @@ export const definitionShape = {
 const taskList = z.array(z.strictObject({ name: nameSchema(200), ...definitionShape }));
 const taskObject = z.record(
   nameSchema(200),
-  z.union([
-    z.custom<Handler>(isFunction, { error: 'must be a handler function or a task definition' }),
-    z.strictObject(definitionShape),
-  ]),
+  z.union([z.custom<Handler>(isFunction), z.strictObject(definitionShape)], {
+    error: (issue) => `must be a handler function or a task definition (got ${describe(issue.input)})`,
+  }),
 );
 
 /** `tasks` of `new Tusk()` and of `tusk.worker()`. */
@@ -156,6 +156,13 @@ export const tasksSchema = z
         }
       }
     }
-    const result = (Array.isArray(tasks) ? taskList : taskObject).safeParse(tasks);
-    for (const issue of result.error?.issues ?? []) ctx.addIssue({ ...issue });
+    const schema = Array.isArray(tasks) ? taskList : taskObject;
+    const result = schema.safeParse(tasks);
+    for (const found of result.error?.issues ?? []) {
+      const { issue, at } = furthest(found);
+      // said here, as the options known are out of `parse`'s sight behind this refinement
+      if (issue.code === 'unrecognized_keys') {
+        ctx.addIssue({ code: 'custom', path: at, message: unknownOptions(issue.keys, keysAt(schema, at)) });
+      } else ctx.addIssue({ ...issue, path: at } as Parameters<typeof ctx.addIssue>[0]);
+    }
   });
