@@ -126,11 +126,17 @@ export const jobSpecSchema = z
  * which known one it may be a typo of.
  */
 export function parse<T>(schema: z.ZodType<T>, value: unknown, field: string): T {
-  const result = schema.safeParse(value);
+  const instance = nonPlainAt(schema, value, []);
+  if (instance) {
+    const path = [field, ...instance.path.map(String)].join('.');
+    const got = instance.value instanceof Date ? 'a Date' : describe(instance.value);
+    throw new TuskValidationError(path, `must be a plain object (got ${got})`);
+  }
+  const result = schema.safeParse(value, { reportInput: true });
   if (result.success) return result.data;
-  const found = result.error.issues[0];
-  if (!found) throw new TuskValidationError(field, 'is invalid');
-  const { issue, at } = furthest(found);
+  const [first] = result.error.issues;
+  if (!first) throw new TuskValidationError(field, 'is invalid');
+  const { issue, at } = furthest(typoBehind(first, result.error.issues));
   const path = [field, ...at.map(String)].join('.');
   if (issue.code === 'unrecognized_keys') {
     throw new TuskValidationError(path, unknownOptions(issue.keys, keysAt(schema, at)));
@@ -139,6 +145,16 @@ export function parse<T>(schema: z.ZodType<T>, value: unknown, field: string): T
     throw new TuskValidationError(path, `must be an object (got ${describe(issue.input)})`);
   }
   throw new TuskValidationError(path, issue.message);
+}
+
+/**
+ * A required field reported missing next to an unknown one in the same object is most
+ * likely that one misspelt (`per` for `perMs`): the unknown key is the better report.
+ */
+function typoBehind(first: Issue, issues: readonly Issue[]): Issue {
+  if (first.input !== undefined || first.path.length === 0) return first;
+  const parent = first.path.slice(0, -1).join('\u0000');
+  return issues.find((i) => i.code === 'unrecognized_keys' && i.path.join('\u0000') === parent) ?? first;
 }
 
 type Issue = z.core.$ZodIssue;
@@ -150,6 +166,8 @@ type Issue = z.core.$ZodIssue;
  */
 export function furthest(issue: Issue, prefix: PropertyKey[] = []): { issue: Issue; at: PropertyKey[] } {
   const at = [...prefix, ...issue.path];
+  // a record's key refused: its own issue says why
+  if (issue.code === 'invalid_key' && issue.issues[0]) return furthest(issue.issues[0], at);
   if (issue.code !== 'invalid_union' || issue.errors.length === 0) return { issue, at };
   let best: Issue | undefined;
   for (const branch of issue.errors) {
@@ -158,6 +176,53 @@ export function furthest(issue: Issue, prefix: PropertyKey[] = []): { issue: Iss
   }
   if (!best || best.path.length === 0) return { issue, at };
   return furthest(best, at);
+}
+
+/**
+ * Where `value` holds a class instance (a Date, a Map, an array...) where `schema` wants
+ * a plain object: zod would read it as one, taking a Date for an empty set of options.
+ */
+function nonPlainAt(
+  schema: unknown,
+  value: unknown,
+  path: PropertyKey[],
+): { path: PropertyKey[]; value: unknown } | null {
+  if (value === null || typeof value !== 'object') return null;
+  const def = defOf(schema);
+  switch (def?.type) {
+    case 'optional':
+    case 'nullable':
+    case 'default':
+      return nonPlainAt(def.innerType, value, path);
+    case 'pipe':
+      return nonPlainAt(def.in, value, path);
+    case 'union':
+      for (const option of def.options as unknown[]) {
+        const found = nonPlainAt(option, value, path);
+        if (found) return found;
+      }
+      return null;
+    case 'object': {
+      const proto = Object.getPrototypeOf(value);
+      // arrays are refused by zod itself, as not objects
+      if (proto !== Object.prototype && proto !== null && !Array.isArray(value)) return { path, value };
+      for (const [key, child] of Object.entries(def.shape as Record<string, unknown>)) {
+        const found = nonPlainAt(child, (value as Record<string, unknown>)[key], [...path, key]);
+        if (found) return found;
+      }
+      return null;
+    }
+    case 'array': {
+      if (!Array.isArray(value)) return null;
+      for (const [i, item] of value.entries()) {
+        const found = nonPlainAt(def.element, item, [...path, i]);
+        if (found) return found;
+      }
+      return null;
+    }
+    default:
+      return null;
+  }
 }
 
 /** `unknown option "delay" (did you mean "delayMs"?)`, given the options `known`, if known. */
@@ -231,5 +296,8 @@ export function describe(value: unknown): string {
     return value.length > 40 ? `a string of ${value.length} characters` : JSON.stringify(value);
   if (value instanceof Date) return Number.isNaN(value.getTime()) ? 'Invalid Date' : value.toISOString();
   if (Array.isArray(value)) return 'an array';
-  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
+  if (typeof value !== 'object') return `a ${typeof value}`;
+  const proto = Object.getPrototypeOf(value);
+  const name = proto === Object.prototype || proto === null ? '' : proto?.constructor?.name;
+  return name ? `${/^[AEIOU]/.test(name) ? 'an' : 'a'} ${name}` : 'an object';
 }
