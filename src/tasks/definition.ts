@@ -4,6 +4,7 @@ import { describe, furthest, integer, keysAt, MAX_DELAY_MS, nameSchema, unknownO
 import { TuskValidationError } from '../errors.js';
 import type { RetryPolicy } from '../policies/backoff.js';
 import type { JobSource } from '../types.js';
+import { type IsolateOptions, isolatedHandler } from '../worker/isolate.js';
 
 /** What a handler gets besides its payload. */
 export interface JobContext {
@@ -55,6 +56,12 @@ export interface TaskDefinition<Payload = any, Result = unknown> {
   timeoutMs?: number | null;
   /** How failed attempts are retried (see RetryPolicy); an enqueue's own `retry` wins. */
   retry?: RetryPolicy;
+  /**
+   * Runs the handler in a thread of its own, with a memory limit, instead of `handler`:
+   * the module and export that hold it (see IsolateOptions). Out of memory, a crash or a
+   * timeout fails the attempt and stops the thread; the worker goes on.
+   */
+  isolate?: IsolateOptions;
 }
 
 /**
@@ -68,7 +75,7 @@ export interface NamedTask extends TaskDefinition {
   readonly name: string;
 }
 
-/** Task definitions by name, handlers wrapped as definitions. */
+/** Task definitions by name, handlers wrapped as definitions, isolated ones given their handler. */
 export function taskMap(tasks: Tasks | undefined): Map<string, TaskDefinition> {
   const map = new Map<string, TaskDefinition>();
   if (Array.isArray(tasks)) {
@@ -79,15 +86,18 @@ export function taskMap(tasks: Tasks | undefined): Map<string, TaskDefinition> {
           `${JSON.stringify(task.name)} is the name of an earlier task`,
         );
       }
-      map.set(task.name, task);
+      map.set(task.name, withIsolation(task));
     }
     return map;
   }
   for (const [name, task] of Object.entries(tasks ?? {})) {
-    map.set(name, typeof task === 'function' ? { handler: task } : task);
+    map.set(name, typeof task === 'function' ? { handler: task } : withIsolation(task));
   }
   return map;
 }
+
+const withIsolation = (task: TaskDefinition): TaskDefinition =>
+  task.isolate ? { ...task, handler: isolatedHandler(task.isolate) } : task;
 
 const isFunction = (f: unknown) => typeof f === 'function';
 
@@ -119,6 +129,21 @@ const standardSchema = z.custom<StandardSchemaV1>(
   { error: 'must be a Standard Schema validator (e.g. a zod schema)' },
 );
 
+const isolateSchema = z.strictObject(
+  {
+    module: z.union([z.string().min(1), z.instanceof(URL)], {
+      error: (issue) =>
+        `must be the handler's module: a file URL (new URL('./handler.js', import.meta.url)) or a path (got ${describe(issue.input)})`,
+    }),
+    export: z
+      .string({ error: (issue) => `must be the name of an export (got ${describe(issue.input)})` })
+      .min(1, 'must not be empty')
+      .optional(),
+    memoryMb: integer(8, 1_000_000).optional(),
+  },
+  { error: (issue) => `must be { module, export?, memoryMb? } (got ${describe(issue.input)})` },
+);
+
 /** The fields of a task definition, as checked. */
 export const definitionShape = {
   handler: z.custom<Handler>(isFunction, { error: 'must be a function' }).optional(),
@@ -127,12 +152,24 @@ export const definitionShape = {
   queue: nameSchema(128).optional(),
   timeoutMs: timeoutSchema.optional(),
   retry: retrySchema.optional(),
+  isolate: isolateSchema.optional(),
 };
 
-const taskList = z.array(z.strictObject({ name: nameSchema(200), ...definitionShape }));
+const oneHandler = {
+  error: 'give handler or isolate, not both: an isolated task runs the export isolate names, in its thread',
+  path: ['isolate'],
+};
+const hasOneHandler = (d: { handler?: unknown; isolate?: unknown }) => !(d.handler && d.isolate);
+
+/** A task definition (without its name). */
+export const definitionSchema = z.strictObject(definitionShape).refine(hasOneHandler, oneHandler);
+
+const taskList = z.array(
+  z.strictObject({ name: nameSchema(200), ...definitionShape }).refine(hasOneHandler, oneHandler),
+);
 const taskObject = z.record(
   nameSchema(200),
-  z.union([z.custom<Handler>(isFunction), z.strictObject(definitionShape)], {
+  z.union([z.custom<Handler>(isFunction), definitionSchema], {
     error: (issue) => `must be a handler function or a task definition (got ${describe(issue.input)})`,
   }),
 );

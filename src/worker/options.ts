@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { describe, integer, nameSchema, parse } from '../client/validate.js';
 import { TuskValidationError } from '../errors.js';
 import { type TaskDefinition, type Tasks, taskMap, tasksSchema } from '../tasks/definition.js';
+import { checkIsolatedModule } from './isolate.js';
 
 export type { Handler, JobContext, TaskDefinition, Tasks } from '../tasks/definition.js';
 
@@ -123,6 +124,9 @@ export function resolveWorkerOptions(
     );
   }
   const tasks = o.tasks ? taskMap(o.tasks) : fallback;
+  for (const [name, task] of tasks) {
+    if (task.isolate) checkIsolatedModule(task.isolate, `${o.tasks ? 'worker options.' : ''}tasks.${name}.isolate`);
+  }
   return {
     tasks,
     concurrency: o.concurrency ?? 10,
