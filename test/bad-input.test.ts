@@ -597,6 +597,9 @@ describe('worker options and task definitions', () => {
     await expectRefused(db, () => tusk.finishedJobs({ tenant: '', limit: 5 }), 'options.tenant');
     await expectRefused(db, () => tusk.prune({ batch: 0 }), 'options.batch', /from 1/);
     await expectRefused(db, () => tusk.schedule('nightly\n', '0 3 * * *'), 'name', /control characters/);
+    const { tokens } = await tusk.server({ adminToken: 'unused', dashboard: false, metrics: false });
+    await expectRefused(db, () => tokens.create({ name: 'web\u0000app' }), 'options.name', /NUL/);
+    await expectRefused(db, () => tokens.create({ tenant: 'acme\n' }), 'options.tenant', /control characters/);
   });
 
   it('the errors are TuskValidationErrors with one issue naming the field', async () => {
