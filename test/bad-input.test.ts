@@ -598,6 +598,16 @@ describe('worker options and task definitions', () => {
     await expectRefused(db, () => tusk.prune({ batch: 0 }), 'options.batch', /from 1/);
     await expectRefused(db, () => tusk.schedule('nightly\n', '0 3 * * *'), 'name', /control characters/);
     const { tokens } = await tusk.server({ adminToken: 'unused', dashboard: false, metrics: false });
+    await expectRefused(
+      db,
+      () => tusk.server({ maxBodyBytes: '1mb' } as never),
+      'server options.maxBodyBytes',
+      /got "1mb"/,
+    );
+    await expectRefused(db, () => tusk.server({ metrics: { lag: 5 } } as never), 'server options.metrics', /"lagMs"/);
+    await expectRefused(db, () => tusk.server({ dashbord: false } as never), 'server options', /"dashboard"/);
+    const server = await tusk.server({ adminToken: 'unused', dashboard: false, metrics: false });
+    await expectRefused(db, () => server.listen({ port: 70000 }), 'listen options.port', /from 0 to 65535/);
     await expectRefused(db, () => tokens.create({ name: 'web\u0000app' }), 'options.name', /NUL/);
     await expectRefused(db, () => tokens.create({ tenant: 'acme\n' }), 'options.tenant', /control characters/);
   });
