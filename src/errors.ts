@@ -78,6 +78,14 @@ export class WorkerStoppingError extends TuskError {
   }
 }
 
+/**
+ * An isolated handler's thread died before returning: it ran out of its memory
+ * (`isolate.memoryMb`), crashed (an exception nothing caught), or exited.
+ */
+export class HandlerCrashedError extends TuskError {
+  override name = 'HandlerCrashedError';
+}
+
 /** No handler for the job's task in this worker. */
 export class UnknownTaskError extends TuskError {
   override name = 'UnknownTaskError';

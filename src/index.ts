@@ -15,6 +15,7 @@ export { type DrainedBatch, Drainer, type DrainerOptions } from './drain/drainer
 export { type Sink, type SinkContext, StagedJob, type StagedOptions } from './drain/sink.js';
 export { tuskSink } from './drain/tuskSink.js';
 export {
+  HandlerCrashedError,
   JobCancelledError,
   JobTimeoutError,
   LeaseLostError,
@@ -61,6 +62,7 @@ export type {
   LeasedJob,
   StageOptions,
 } from './types.js';
+export type { IsolateOptions } from './worker/isolate.js';
 export type {
   Handler,
   JobContext,

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { z } from 'zod';
 import { hasDedup, type JobRecord, jobRecord } from './client/entries.js';
 import { jobId, sourceOf, toJob } from './client/jobs.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, toJson } from './client/json.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES_LIMIT, toJson } from './client/json.js';
 import { type ScheduleInfo, Schedules } from './client/schedules.js';
 import { collectStats, type Stats } from './client/stats.js';
 import { Tenants } from './client/tenants.js';
@@ -11,11 +11,13 @@ import {
   dateSchema,
   describe,
   enqueueOptionsSchema,
+  integer,
   jobSpecSchema,
   MAX_DELAY_MS,
   nameSchema,
   parse,
   stageOptionsSchema,
+  storableText,
 } from './client/validate.js';
 import { jsonArray, type Written, writeRecords } from './client/write.js';
 import { type TransactionLike, toQueryable } from './db/adapters.js';
@@ -74,13 +76,8 @@ const optionsSchema = z.strictObject({
   pool: z.custom<pg.Pool>((p) => typeof (p as pg.Pool)?.connect === 'function', 'must be a pg Pool').optional(),
   schema: z.string().optional(),
   logger: z.union([z.literal(false), z.custom<Logger>((l) => typeof (l as Logger)?.info === 'function')]).optional(),
-  maxPayloadBytes: z
-    .number()
-    .int()
-    .min(1024)
-    .max(256 * 1024 * 1024)
-    .optional(),
-  maxConnections: z.number().int().min(2).max(1000).optional(),
+  maxPayloadBytes: integer(1024, MAX_PAYLOAD_BYTES_LIMIT).optional(),
+  maxConnections: integer(2, 1000).optional(),
   embedded: z
     .strictObject({
       dir: z.string().optional(),
@@ -92,20 +89,16 @@ const optionsSchema = z.strictObject({
 });
 
 const enqueueManyOptionsSchema = z.strictObject({ client: clientSchema.optional() });
-const leaseMsSchema = z
-  .number()
-  .int()
-  .min(1)
-  .max(24 * 3600_000);
+const leaseMsSchema = integer(1, 24 * 3600_000);
 const fetchOptionsSchema = z.strictObject({
   queue: nameSchema(128).optional(),
   tenant: nameSchema(128).optional(),
-  count: z.number().int().min(1).max(10_000).optional(),
+  count: integer(1, 10_000).optional(),
   leaseMs: leaseMsSchema.optional(),
 });
 const leaseSchema = z
   .strictObject(
-    { id: z.string().regex(/^[1-9]\d{0,18}$/), attempt: z.number().int().min(1) },
+    { id: z.string().regex(/^[1-9]\d{0,18}$/), attempt: integer(1, 2 ** 31 - 1) },
     {
       error:
         'must be the leased job returned by fetch, or { id, attempt }: the attempt tells this lease from a later one',
@@ -113,16 +106,20 @@ const leaseSchema = z
   )
   .loose();
 const nackOptionsSchema = z.strictObject({
-  delayMs: z.number().int().min(0).max(MAX_DELAY_MS).optional(),
-  error: z.string().max(2000).optional(),
+  delayMs: integer(0, MAX_DELAY_MS).optional(),
+  error: storableText(
+    z
+      .string({ error: (issue) => `must be a string (got ${describe(issue.input)})` })
+      .max(2000, 'must be at most 2000 characters'),
+  ).optional(),
 });
 const pruneOptionsSchema = z.strictObject({
-  batch: z.number().int().min(1).max(1_000_000).optional(),
+  batch: integer(1, 1_000_000).optional(),
   onProgress: z.custom<(batch: PruneBatch) => void>((f) => typeof f === 'function', 'must be a function').optional(),
 });
 const finishedJobsSchema = z.strictObject({
   tenant: nameSchema(128),
-  limit: z.number().int().min(1).max(10_000).optional(),
+  limit: integer(1, 10_000).optional(),
   before: dateSchema.optional(),
 });
 const retryAllSchema = z.strictObject({
@@ -131,6 +128,7 @@ const retryAllSchema = z.strictObject({
   tenant: nameSchema(128).optional(),
   queue: nameSchema(128).optional(),
 });
+const statsOptionsSchema = z.strictObject({ windowMs: integer(0, MAX_DELAY_MS).optional() });
 
 /**
  * A Tusk instance: the producer API (enqueue, getJob, cancel) and the factory of workers.
@@ -258,7 +256,8 @@ export class Tusk<L extends TaskList = TaskList> {
   /** Validated records of enqueueMany's or stageMany's entries (payload schemas included). */
   async #records(jobs: readonly JobSpec[], field: string): Promise<JobRecord[]> {
     if (!Array.isArray(jobs)) throw new TuskValidationError(field, `must be an array (got ${describe(jobs)})`);
-    const records = jobs.map((job, i) => {
+    // Array.from visits holes (as undefined), which map would skip
+    const records = Array.from(jobs, (job, i) => {
       const spec = parse(jobSpecSchema, job, `${field}[${i}]`) as JobSpec;
       const definition = this.#definition(spec.task);
       return jobRecord(spec.task, spec.payload, spec, `${field}[${i}].payload`, this.#maxPayloadBytes, definition);
@@ -578,10 +577,7 @@ export class Tusk<L extends TaskList = TaskList> {
    * hour). It scans the unfinished jobs: fine for dashboards, not for every request.
    */
   async stats(options: { windowMs?: number } = {}): Promise<Stats> {
-    const windowMs = options.windowMs ?? 3_600_000;
-    if (!Number.isFinite(windowMs) || windowMs < 0) {
-      throw new TuskValidationError('options.windowMs', 'must be a non-negative number of milliseconds');
-    }
+    const windowMs = parse(statsOptionsSchema, options, 'options').windowMs ?? 3_600_000;
     return this.#write(undefined, (db) => collectStats(db, this.schema, windowMs));
   }
 

@@ -182,7 +182,7 @@ describe('tusk.async', () => {
       [[{ top: Number.NaN }], 'args[0].top: DataReport.summarize is called with JSON data: NaN is not JSON'],
       [[undefined, 'x'], 'args[0]: DataReport.summarize is called with JSON data: undefined would arrive as null'],
       [[{ by: ['a', undefined] }], 'args[0].by[1]: DataReport.summarize is called with JSON data: undefined would'],
-      [['\u0000'], 'payload: must not contain NUL characters'],
+      [['\u0000'], 'payload[0]: must not contain NUL characters'],
     ];
     for (const [args, message] of cases) {
       const error = await summarize(...args).catch((e: unknown) => e);

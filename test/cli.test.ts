@@ -168,7 +168,7 @@ describe('tusk CLI', () => {
     expect(badJson.stderr).toMatch(/^tusk: payload: is not valid JSON/);
     const badDelay = await tusk(env(), 'enqueue', 'hello', '{}', '--delay', '-5');
     expect(badDelay.code).not.toBe(0);
-    expect(badDelay.stderr).toMatch(/--delay must be an integer >= 0/);
+    expect(badDelay.stderr).toMatch(/--delay must be an integer from 0 to 3155760000000 \(got "-5"\)/);
     const missing = await tusk(env(), 'status', '123456789');
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/no job with id 123456789/);

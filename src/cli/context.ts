@@ -17,11 +17,17 @@ export function tuskFor(command: Command): Tusk {
   });
 }
 
-/** Parses an integer option, with the option's name in the error. */
-export function intOption(name: string, min = 0) {
+/**
+ * Parses an integer option, with the option's name and the value in the error. Decimal
+ * digits only: Number() would read '' and ' ' as 0, '0x10' as 16 and '1e3' as 1000.
+ */
+export function intOption(name: string, min = 0, max?: number) {
+  const range = max === undefined ? `>= ${min}` : `from ${min} to ${max}`;
   return (value: string): number => {
-    const n = Number(value);
-    if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`${name} must be an integer >= ${min}`);
+    const n = /^-?\d{1,16}$/.test(value) ? Number(value) : Number.NaN;
+    if (!Number.isSafeInteger(n) || n < min || (max !== undefined && n > max)) {
+      throw new InvalidArgumentError(`${name} must be an integer ${range} (got ${JSON.stringify(value)})`);
+    }
     return n;
   };
 }

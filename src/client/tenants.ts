@@ -11,7 +11,7 @@ import {
   upsertTenant,
 } from '../queries/tenants.js';
 import { retentionSchema } from './retention.js';
-import { nameSchema, parse } from './validate.js';
+import { describe, integer, nameSchema, parse } from './validate.js';
 
 /** A tenant's settings and its unfinished jobs. */
 export interface TenantInfo {
@@ -41,41 +41,30 @@ export interface TenantInfo {
 }
 
 const MAX_SLOTS = 1_000_000;
-const limit = (field: string) =>
-  z
-    .number({ error: `${field} must be a number` })
-    .refine((n) => Number.isInteger(n) && n >= 1 && n <= MAX_SLOTS, {
-      error: (issue) => `must be an integer from 1 to ${MAX_SLOTS} (got ${String(issue.input)})`,
-    })
-    .nullable()
-    .optional();
+const limit = () => integer(1, MAX_SLOTS).nullable().optional();
 
 /** Longest rate window: 31 days. */
 const MAX_RATE_WINDOW_MS = 31 * 24 * 3600_000;
 const rateSchema = z
   .strictObject(
     {
-      limit: limit('limit').unwrap().unwrap(),
-      perMs: z
-        .number({ error: 'perMs must be a number' })
-        .refine((n) => Number.isInteger(n) && n >= 1 && n <= MAX_RATE_WINDOW_MS, {
-          error: (issue) => `must be an integer from 1 to ${MAX_RATE_WINDOW_MS} (got ${String(issue.input)})`,
-        }),
+      limit: integer(1, MAX_SLOTS),
+      perMs: integer(1, MAX_RATE_WINDOW_MS),
     },
-    { error: 'must be { limit, perMs } or null' },
+    { error: (issue) => `must be { limit, perMs } or null (got ${describe(issue.input)})` },
   )
   .nullable()
   .optional();
 
 const settingsSchema = z.strictObject({
-  slots: limit('slots'),
-  perKey: limit('perKey'),
-  paused: z.boolean({ error: 'must be true or false' }).optional(),
+  slots: limit(),
+  perKey: limit(),
+  paused: z.boolean({ error: (issue) => `must be true or false (got ${describe(issue.input)})` }).optional(),
   rate: rateSchema,
   retention: retentionSchema.optional(),
 });
 
-const defaultsSchema = z.strictObject({ slots: limit('slots'), retention: retentionSchema.optional() });
+const defaultsSchema = z.strictObject({ slots: limit(), retention: retentionSchema.optional() });
 
 /** Settings of tenants that have none of their own. */
 export interface TenantDefaults {

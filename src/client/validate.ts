@@ -1,25 +1,56 @@
 import { z } from 'zod';
 import { clientKind, isTransactionLike, SUPPORTED_CLIENTS, type TransactionLike } from '../db/adapters.js';
-import { TuskValidationError } from '../errors.js';
+import { describe } from './describe.js';
+
+export { describe } from './describe.js';
+export { closest, furthest, keysAt, parse, unknownOptions } from './parse.js';
 
 /** Longest delay accepted: 100 years. */
 export const MAX_DELAY_MS = 100 * 365.25 * 24 * 3600 * 1000;
 
-/** A name stored as text: non-empty, bounded, no NUL, well-formed Unicode. */
-export const nameSchema = (max: number) =>
-  z
-    .string({ error: (issue) => `must be a string (got ${describe(issue.input)})` })
-    .min(1, 'must not be empty')
-    .max(max, `must be at most ${max} characters`)
-    .refine((s) => !s.includes('\u0000'), 'must not contain NUL characters')
-    .refine((s) => s.isWellFormed(), 'must be well-formed Unicode (no lone surrogates)');
+// Messages are computed only on failure, and in as few checks as can be: each check and
+// each error function costs (enqueueMany validates every entry of 10 000-job batches).
 
-const integer = (min: number, max: number) =>
-  z
-    .number({ error: (issue) => `must be a number (got ${describe(issue.input)})` })
-    .refine((n) => Number.isInteger(n) && n >= min && n <= max, {
-      error: (issue) => `must be an integer from ${min} to ${max} (got ${describe(issue.input)})`,
-    });
+/** NUL and lone surrogates: neither text columns nor jsonb store them. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: NUL is what it looks for
+const UNSTORABLE = /[\u0000\p{Cs}]/u;
+/** ...and control characters (Unicode Cc: newline, tab, escape, DEL, C1), not in names. */
+const NOT_A_NAME = /[\p{Cc}\p{Cs}]/u;
+
+/** What is wrong with text `UNSTORABLE` or `NOT_A_NAME` matched. */
+function badText(s: unknown): string {
+  const text = String(s);
+  if (text.includes('\u0000')) return 'must not contain NUL characters';
+  if (!text.isWellFormed()) return 'must be well-formed Unicode (no lone surrogates)';
+  return `must not contain control characters (U+0000-U+001F, U+007F-U+009F; got ${describe(text)})`;
+}
+
+/** Text jsonb and text columns store exactly: no NUL, well-formed Unicode (no lone surrogates). */
+export const storableText = <T extends z.ZodString>(schema: T) =>
+  schema.refine((s) => !UNSTORABLE.test(s), { error: (issue) => badText(issue.input) });
+
+const text = (max: number) => z.string().min(1, 'must not be empty').max(max, `must be at most ${max} characters`);
+
+/**
+ * A name (task, queue, tenant, schedule...): it is shown in logs, tables, metrics and the
+ * dashboard, so besides being storable it has no control characters. 1 to `max`
+ * characters, counted in code points as PostgreSQL counts them.
+ */
+export const nameSchema = (max: number) =>
+  text(max).refine((s) => !NOT_A_NAME.test(s), { error: (issue) => badText(issue.input) });
+
+/** A key (concurrency key, dedup key) compared, never shown: any storable text. */
+export const keySchema = (max: number) => storableText(text(max));
+
+/** An integer from `min` to `max`, with errors that say so and show the value. */
+export const integer = (min: number, max: number) => {
+  const rule = (issue: { input?: unknown }) =>
+    `must be an integer from ${min} to ${max} (got ${describe(issue.input)})`;
+  return z
+    .number({ error: (issue) => (typeof issue.input === 'number' ? rule(issue) : undefined) })
+    .refine((n) => Number.isInteger(n) && n >= min && n <= max, { error: rule })
+    .meta({ type: 'integer', minimum: min, maximum: max }); // what the refinement checks, for the OpenAPI document
+};
 
 /** A real Date inside PostgreSQL's comfortable range (years 1 to 9999). */
 export const dateSchema = z.custom<Date>(
@@ -42,9 +73,9 @@ export const jobOptionShape = {
   delayMs: integer(0, MAX_DELAY_MS).optional(),
   maxAttempts: integer(1, 1000).optional(),
   expiresAt: dateSchema.optional(),
-  concurrencyKey: nameSchema(256).optional(),
-  dedupe: z.boolean({ error: 'must be true or false' }).optional(),
-  dedupKey: nameSchema(512).optional(),
+  concurrencyKey: keySchema(256).optional(),
+  dedupe: z.boolean({ error: (issue) => `must be true or false (got ${describe(issue.input)})` }).optional(),
+  dedupKey: keySchema(512).optional(),
   dedupWindowMs: integer(0, MAX_DELAY_MS).optional(),
   source: z
     .strictObject({
@@ -91,36 +122,3 @@ export const jobSpecSchema = z
     payload: z.unknown().optional(),
   })
   .refine(exclusiveTiming, timingMessage);
-
-/**
- * Parses `value` with `schema`, or throws a TuskValidationError naming the field, e.g.
- * `options.delayMs: must be an integer from 0 to ... (got -1)`.
- */
-export function parse<T>(schema: z.ZodType<T>, value: unknown, field: string): T {
-  const result = schema.safeParse(value);
-  if (result.success) return result.data;
-  const issue = result.error.issues[0];
-  if (!issue) throw new TuskValidationError(field, 'is invalid');
-  const path = [field, ...issue.path.map(String)].join('.');
-  if (issue.code === 'unrecognized_keys') {
-    const keys = issue.keys.map((k) => JSON.stringify(k)).join(', ');
-    throw new TuskValidationError(path, `unknown option${issue.keys.length > 1 ? 's' : ''} ${keys}`);
-  }
-  if (issue.code === 'invalid_type' && issue.expected === 'object' && issue.message.startsWith('Invalid input')) {
-    throw new TuskValidationError(path, `must be an object (got ${describe(issue.input)})`);
-  }
-  throw new TuskValidationError(path, issue.message);
-}
-
-/** A short description of a bad value for error messages. */
-export function describe(value: unknown): string {
-  if (value === null) return 'null';
-  if (value === undefined) return 'undefined';
-  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
-  if (typeof value === 'bigint') return `${value}n (a BigInt)`;
-  if (typeof value === 'string')
-    return value.length > 40 ? `a string of ${value.length} characters` : JSON.stringify(value);
-  if (value instanceof Date) return Number.isNaN(value.getTime()) ? 'Invalid Date' : value.toISOString();
-  if (Array.isArray(value)) return 'an array';
-  return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
-}

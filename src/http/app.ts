@@ -24,9 +24,18 @@ export function endpoints(api: Api): Endpoint[] {
   return [...jobEndpoints(api), ...leaseEndpoints(api), ...adminEndpoints(api)];
 }
 
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
 /** Reads a JSON body; an empty one is `{}` where the endpoint allows it. */
 async function readBody(e: Endpoint, request: Request): Promise<unknown> {
-  const text = await request.text();
+  const bytes = await request.arrayBuffer();
+  let text: string;
+  try {
+    // fatal: request.text() would turn bad bytes into U+FFFD, silently changing the data
+    text = utf8.decode(bytes);
+  } catch {
+    throw new HttpError(400, 'invalid', 'body: not valid UTF-8', 'body');
+  }
   if (text.trim() === '') {
     if (e.bodyOptional) return {};
     throw new HttpError(400, 'invalid', 'body: a JSON body is required', 'body');

@@ -25,6 +25,21 @@ export class HttpError extends Error {
 
 export const notFound = (what: string) => new HttpError(404, 'not_found', `${what} not found`);
 
+/**
+ * Runs a library call for a request body: the library names fields by its arguments
+ * (`payload.a`, `jobs[2].payload`, `options.delayMs`, `result`), the API by the body
+ * (`body.payload.a`, `body.jobs.2.payload`, `body.delayMs`, `body.result`).
+ */
+export async function inBody<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (!(error instanceof TuskValidationError)) throw error;
+    const field = `body.${error.field.replace(/\[(\d+)\]/g, '.$1')}`.replace(/^body\.(options|settings)\b/, 'body');
+    throw new TuskValidationError(field, error.message.slice(error.field.length + 2));
+  }
+}
+
 /** Hono's error handler: Tusk's errors to their HTTP status, anything else to 500 (logged). */
 export function errorHandler(log: Logger) {
   return (error: Error, c: Context): Response => {

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { describe, jobOptionShape, nameSchema } from '../client/validate.js';
+import { describe, integer, jobOptionShape, MAX_DELAY_MS, nameSchema, storableText } from '../client/validate.js';
 
 // Requests. Validated with `parse` (errors name the field: `body.jobs.2.delayMs: ...`),
 // and turned into the OpenAPI document, so the document is what the server checks.
@@ -78,8 +78,12 @@ const attempt = positiveInt(1_000_000).meta({ description: 'the lease: the attem
 export const ackBody = z.strictObject({ attempt, result: z.unknown().optional() });
 export const nackBody = z.strictObject({
   attempt,
-  delayMs: z.number().int().min(0).optional().meta({ description: 'retry after this long (default at once)' }),
-  error: z.string().max(2000).optional(),
+  delayMs: integer(0, MAX_DELAY_MS).optional().meta({ description: 'retry after this long (default at once)' }),
+  error: storableText(
+    z
+      .string({ error: (issue) => `must be a string (got ${describe(issue.input)})` })
+      .max(2000, 'must be at most 2000 characters'),
+  ).optional(),
 });
 export const extendBody = z.strictObject({ attempt, leaseMs: positiveInt(24 * 3600_000) });
 
@@ -90,11 +94,11 @@ export const retryAllBody = z.strictObject({
   queue: nameSchema(128).optional(),
 });
 
-const limit = z.number().int().min(1).max(1_000_000).nullable().optional();
+const limit = integer(1, 1_000_000).nullable().optional();
 export const tenantPatch = z.strictObject({
   slots: limit.meta({ description: 'jobs it may run at once; null: the default' }),
   perKey: limit.meta({ description: 'running jobs per concurrency key; null: no limit' }),
-  paused: z.boolean().optional(),
+  paused: z.boolean({ error: (issue) => `must be true or false (got ${describe(issue.input)})` }).optional(),
 });
 
 export const statsQuery = z.strictObject({

@@ -1,6 +1,8 @@
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
 import type { Hono } from 'hono';
+import { z } from 'zod';
+import { describe, integer, parse } from '../client/validate.js';
 import { TuskError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { type MetricsOptions, TuskMetrics } from '../metrics/metrics.js';
@@ -46,7 +48,26 @@ export interface TuskServer {
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 
-export function createServer(tusk: Tusk, log: Logger, options: ServerOptions = {}): TuskServer {
+const optionsSchema = z.strictObject({
+  adminToken: z.string({ error: (issue) => `must be a string (got ${describe(issue.input)})` }).optional(),
+  dashboard: z.boolean({ error: (issue) => `must be true or false (got ${describe(issue.input)})` }).optional(),
+  metrics: z
+    .union([z.literal(false), z.strictObject({ lagMs: integer(0, 3_600_000).optional() })], {
+      error: (issue) => `must be { lagMs? } or false (got ${describe(issue.input)})`,
+    })
+    .optional(),
+  maxBodyBytes: integer(1, 1024 ** 3).optional(),
+});
+const listenSchema = z.strictObject({
+  port: integer(0, 65535).optional(),
+  host: z
+    .string({ error: (issue) => `must be a string (got ${describe(issue.input)})` })
+    .min(1)
+    .optional(),
+});
+
+export function createServer(tusk: Tusk, log: Logger, given: ServerOptions = {}): TuskServer {
+  const options = parse(optionsSchema, given, 'server options') as ServerOptions;
   const db = () => tusk.pool();
   const tokens = new ApiTokens(db, tusk.schema);
   const auth = new Auth(tokens, options.adminToken ?? (process.env.TUSK_ADMIN_TOKEN || undefined));
@@ -56,7 +77,8 @@ export function createServer(tusk: Tusk, log: Logger, options: ServerOptions = {
     maxBodyBytes: options.maxBodyBytes ?? 32 * 1024 * 1024,
   });
 
-  async function listen({ port = 8080, host = '127.0.0.1' } = {}): Promise<Listening> {
+  async function listen(given: { port?: number; host?: string } = {}): Promise<Listening> {
+    const { port = 8080, host = '127.0.0.1' } = parse(listenSchema, given, 'listen options');
     const secured = await auth.required();
     if (!secured && !LOOPBACK.has(host)) {
       throw new TuskError(

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { jobOptionShape, nameSchema } from '../client/validate.js';
+import { integer, jobOptionShape, nameSchema } from '../client/validate.js';
 
 /** Options of `tusk.schedule()`: the jobs it enqueues, and how its ticks are read. */
 export interface ScheduleOptions {
@@ -34,5 +34,5 @@ export const scheduleOptionsSchema = z.strictObject({
   concurrencyKey: jobOptionShape.concurrencyKey,
   retry: jobOptionShape.retry,
   tz: z.string().min(1).max(100).optional(),
-  backfill: z.number().int().min(0).max(1000).optional(),
+  backfill: integer(0, 1000).optional(),
 });

@@ -1,8 +1,7 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
-import { z } from 'zod';
 import { nameSchema, parse } from '../client/validate.js';
 import type { EnqueueOptions, JobSpec } from '../types.js';
-import { definitionShape, type Handler, type NamedTask, type TaskDefinition } from './definition.js';
+import { definitionSchema, type Handler, type NamedTask, type TaskDefinition } from './definition.js';
 
 /**
  * A task made by `defineTask`: its definition and its name, and, for TypeScript, the
@@ -16,8 +15,6 @@ export interface DefinedTask<Name extends string = string, Payload = unknown, Re
 
 /** What a task definition holds besides its handler and schema. */
 type Settings = Omit<TaskDefinition, 'handler' | 'schema'>;
-
-const definitionSchema = z.strictObject(definitionShape);
 
 /**
  * Defines a task for a typed registry: give the list to `new Tusk({ tasks: [...] })` and

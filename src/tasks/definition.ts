@@ -1,9 +1,10 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { z } from 'zod';
-import { nameSchema } from '../client/validate.js';
+import { describe, furthest, integer, keysAt, MAX_DELAY_MS, nameSchema, unknownOptions } from '../client/validate.js';
 import { TuskValidationError } from '../errors.js';
 import type { RetryPolicy } from '../policies/backoff.js';
 import type { JobSource } from '../types.js';
+import { type IsolateOptions, isolatedHandler } from '../worker/isolate.js';
 
 /** What a handler gets besides its payload. */
 export interface JobContext {
@@ -55,6 +56,12 @@ export interface TaskDefinition<Payload = any, Result = unknown> {
   timeoutMs?: number | null;
   /** How failed attempts are retried (see RetryPolicy); an enqueue's own `retry` wins. */
   retry?: RetryPolicy;
+  /**
+   * Runs the handler in a thread of its own, with a memory limit, instead of `handler`:
+   * the module and export that hold it (see IsolateOptions). Out of memory, a crash or a
+   * timeout fails the attempt and stops the thread; the worker goes on.
+   */
+  isolate?: IsolateOptions;
 }
 
 /**
@@ -68,7 +75,7 @@ export interface NamedTask extends TaskDefinition {
   readonly name: string;
 }
 
-/** Task definitions by name, handlers wrapped as definitions. */
+/** Task definitions by name, handlers wrapped as definitions, isolated ones given their handler. */
 export function taskMap(tasks: Tasks | undefined): Map<string, TaskDefinition> {
   const map = new Map<string, TaskDefinition>();
   if (Array.isArray(tasks)) {
@@ -79,43 +86,62 @@ export function taskMap(tasks: Tasks | undefined): Map<string, TaskDefinition> {
           `${JSON.stringify(task.name)} is the name of an earlier task`,
         );
       }
-      map.set(task.name, task);
+      map.set(task.name, withIsolation(task));
     }
     return map;
   }
   for (const [name, task] of Object.entries(tasks ?? {})) {
-    map.set(name, typeof task === 'function' ? { handler: task } : task);
+    map.set(name, typeof task === 'function' ? { handler: task } : withIsolation(task));
   }
   return map;
 }
+
+const withIsolation = (task: TaskDefinition): TaskDefinition =>
+  task.isolate ? { ...task, handler: isolatedHandler(task.isolate) } : task;
 
 const isFunction = (f: unknown) => typeof f === 'function';
 
 /** A retry policy as a task definition may give it (backoff may be a function). */
 export const retrySchema = z.strictObject({
-  maxAttempts: z.number().int().min(1).max(1000).optional(),
+  maxAttempts: integer(1, 1000).optional(),
   backoff: z
-    .union([
-      z.literal('exponential'),
-      z.number().int().min(0),
-      z.custom<(e: unknown, n: number) => number | false>(isFunction),
-    ])
+    .union(
+      [
+        z.literal('exponential'),
+        integer(0, MAX_DELAY_MS),
+        z.custom<(e: unknown, n: number) => number | false>(isFunction),
+      ],
+      {
+        error: (issue) =>
+          `must be 'exponential', a number of milliseconds from 0 to ${MAX_DELAY_MS}, or a function (error, attempt) => ms | false (got ${describe(issue.input)})`,
+      },
+    )
     .optional(),
   queue: nameSchema(128).optional(),
 });
 
 /** A time limit of one attempt (null: none). */
-export const timeoutSchema = z
-  .number()
-  .int()
-  .min(1)
-  .max(2 ** 31 - 1)
-  .nullable();
+export const timeoutSchema = integer(1, 2 ** 31 - 1).nullable();
 
 /** A Standard Schema validator (zod 4, valibot, arktype, ...). */
 const standardSchema = z.custom<StandardSchemaV1>(
   (s) => typeof (s as StandardSchemaV1 | null)?.['~standard']?.validate === 'function',
   { error: 'must be a Standard Schema validator (e.g. a zod schema)' },
+);
+
+const isolateSchema = z.strictObject(
+  {
+    module: z.union([z.string().min(1), z.instanceof(URL)], {
+      error: (issue) =>
+        `must be the handler's module: a file URL (new URL('./handler.js', import.meta.url)) or a path (got ${describe(issue.input)})`,
+    }),
+    export: z
+      .string({ error: (issue) => `must be the name of an export (got ${describe(issue.input)})` })
+      .min(1, 'must not be empty')
+      .optional(),
+    memoryMb: integer(8, 1_000_000).optional(),
+  },
+  { error: (issue) => `must be { module, export?, memoryMb? } (got ${describe(issue.input)})` },
 );
 
 /** The fields of a task definition, as checked. */
@@ -126,15 +152,26 @@ export const definitionShape = {
   queue: nameSchema(128).optional(),
   timeoutMs: timeoutSchema.optional(),
   retry: retrySchema.optional(),
+  isolate: isolateSchema.optional(),
 };
 
-const taskList = z.array(z.strictObject({ name: nameSchema(200), ...definitionShape }));
+const oneHandler = {
+  error: 'give handler or isolate, not both: an isolated task runs the export isolate names, in its thread',
+  path: ['isolate'],
+};
+const hasOneHandler = (d: { handler?: unknown; isolate?: unknown }) => !(d.handler && d.isolate);
+
+/** A task definition (without its name). */
+export const definitionSchema = z.strictObject(definitionShape).refine(hasOneHandler, oneHandler);
+
+const taskList = z.array(
+  z.strictObject({ name: nameSchema(200), ...definitionShape }).refine(hasOneHandler, oneHandler),
+);
 const taskObject = z.record(
   nameSchema(200),
-  z.union([
-    z.custom<Handler>(isFunction, { error: 'must be a handler function or a task definition' }),
-    z.strictObject(definitionShape),
-  ]),
+  z.union([z.custom<Handler>(isFunction), definitionSchema], {
+    error: (issue) => `must be a handler function or a task definition (got ${describe(issue.input)})`,
+  }),
 );
 
 /** `tasks` of `new Tusk()` and of `tusk.worker()`. */
@@ -156,6 +193,13 @@ export const tasksSchema = z
         }
       }
     }
-    const result = (Array.isArray(tasks) ? taskList : taskObject).safeParse(tasks);
-    for (const issue of result.error?.issues ?? []) ctx.addIssue({ ...issue });
+    const schema = Array.isArray(tasks) ? taskList : taskObject;
+    const result = schema.safeParse(tasks);
+    for (const found of result.error?.issues ?? []) {
+      const { issue, at } = furthest(found);
+      // said here, as the options known are out of `parse`'s sight behind this refinement
+      if (issue.code === 'unrecognized_keys') {
+        ctx.addIssue({ code: 'custom', path: at, message: unknownOptions(issue.keys, keysAt(schema, at)) });
+      } else ctx.addIssue({ ...issue, path: at } as Parameters<typeof ctx.addIssue>[0]);
+    }
   });

@@ -1,7 +1,8 @@
 import { z } from 'zod';
-import { nameSchema, parse } from '../client/validate.js';
+import { describe, integer, nameSchema, parse } from '../client/validate.js';
 import { TuskValidationError } from '../errors.js';
 import { type TaskDefinition, type Tasks, taskMap, tasksSchema } from '../tasks/definition.js';
+import { checkIsolatedModule } from './isolate.js';
 
 export type { Handler, JobContext, TaskDefinition, Tasks } from '../tasks/definition.js';
 
@@ -52,28 +53,38 @@ export interface WorkerOptions {
   name?: string;
 }
 
-const positive = (max: number) => z.number().int().min(1).max(max);
+const positive = (max: number) => integer(1, max);
 
 const workerOptionsSchema = z.strictObject({
   tasks: tasksSchema.optional(),
   concurrency: positive(10_000).optional(),
   queues: z
-    .array(z.union([nameSchema(128), z.tuple([nameSchema(128), z.number().positive().max(1e6)])]))
-    .min(1)
+    .array(
+      z.union([
+        nameSchema(128),
+        z.tuple([
+          nameSchema(128),
+          z.number().refine((w) => w > 0 && w <= 1e6, {
+            error: (issue) => `must be a weight above 0, at most 1000000 (got ${describe(issue.input)})`,
+          }),
+        ]),
+      ]),
+      { error: (issue) => `must be a list of queue names or [name, weight] (got ${describe(issue.input)})` },
+    )
+    .min(1, 'must not be empty (leave it out to serve all queues)')
     .optional(),
-  prefetch: z.union([z.literal('auto'), z.number().int().min(0).max(10_000)]).optional(),
+  prefetch: z
+    .union([z.literal('auto'), integer(0, 10_000)], {
+      error: (issue) => `must be 'auto' or an integer from 0 to 10000 (got ${describe(issue.input)})`,
+    })
+    .optional(),
   batchSize: positive(10_000).optional(),
-  asyncCommit: z.boolean().optional(),
+  asyncCommit: z.boolean({ error: (issue) => `must be true or false (got ${describe(issue.input)})` }).optional(),
   leaseMs: positive(24 * 3600_000).optional(),
   heartbeatMs: positive(600_000).optional(),
   pollMs: positive(600_000).optional(),
   maintenanceMs: positive(600_000).optional(),
-  shutdownTimeoutMs: z
-    .number()
-    .int()
-    .min(0)
-    .max(24 * 3600_000)
-    .optional(),
+  shutdownTimeoutMs: integer(0, 24 * 3600_000).optional(),
   name: nameSchema(200).optional(),
 });
 
@@ -113,6 +124,9 @@ export function resolveWorkerOptions(
     );
   }
   const tasks = o.tasks ? taskMap(o.tasks) : fallback;
+  for (const [name, task] of tasks) {
+    if (task.isolate) checkIsolatedModule(task.isolate, `${o.tasks ? 'worker options.' : ''}tasks.${name}.isolate`);
+  }
   return {
     tasks,
     concurrency: o.concurrency ?? 10,

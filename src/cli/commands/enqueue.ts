@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
-import { TuskValidationError } from '../../errors.js';
+import { MAX_DELAY_MS } from '../../client/validate.js';
 import type { EnqueueOptions } from '../../types.js';
 import { intOption, tuskFor } from '../context.js';
+import { jsonArgument } from '../payload.js';
 
 interface Options {
   tenant?: string;
@@ -16,19 +17,18 @@ export function enqueueCommand(program: Command): void {
     .command('enqueue')
     .description('add a job and print its id')
     .argument('<task>', 'task name')
-    .argument('[payload]', 'payload as JSON', 'null')
+    .argument('[payload]', "payload as JSON; '-' reads it from standard input", 'null')
     .option('--tenant <tenant>', 'tenant the job belongs to')
     .option('--queue <queue>', 'queue name')
-    .option('--delay <ms>', 'start no sooner than this many milliseconds from now', intOption('--delay'))
-    .option('--priority <n>', 'lower runs first', intOption('--priority', -32768))
-    .option('--max-attempts <n>', 'attempts before the job is dead', intOption('--max-attempts', 1))
+    .option(
+      '--delay <ms>',
+      'start no sooner than this many milliseconds from now',
+      intOption('--delay', 0, MAX_DELAY_MS),
+    )
+    .option('--priority <n>', 'lower runs first', intOption('--priority', -32768, 32767))
+    .option('--max-attempts <n>', 'attempts before the job is dead', intOption('--max-attempts', 1, 1000))
     .action(async (task: string, payloadText: string, options: Options, command: Command) => {
-      let payload: unknown;
-      try {
-        payload = JSON.parse(payloadText);
-      } catch (error) {
-        throw new TuskValidationError('payload', `is not valid JSON: ${(error as Error).message}`);
-      }
+      const payload = await jsonArgument(payloadText, 'payload');
       const tusk = tuskFor(command);
       try {
         const opts: EnqueueOptions = {};

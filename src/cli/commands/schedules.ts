@@ -1,11 +1,11 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import type { ScheduleInfo } from '../../client/schedules.js';
-import { TuskValidationError } from '../../errors.js';
 import { parseCrontab } from '../../schedules/crontab.js';
 import type { ScheduleOptions } from '../../schedules/options.js';
 import type { Tusk } from '../../tusk.js';
 import { intOption, withTusk } from '../context.js';
+import { jsonArgument } from '../payload.js';
 import { renderTable } from '../table.js';
 
 const time = (d: Date | null) => (d ? d.toISOString() : null);
@@ -68,24 +68,22 @@ export function schedulesCommand(program: Command): void {
     .argument('<cron>', "5 fields, or 6 with seconds first: '0 3 * * *'")
     .description('create or replace a schedule')
     .option('--task <task>', 'task of its jobs (default: the name)')
-    .option('--payload <json>', 'payload of its jobs')
+    .option('--payload <json>', "payload of its jobs, as JSON ('-': from standard input)")
     .option('--tenant <tenant>')
     .option('--queue <queue>')
     .option('--tz <zone>', 'IANA time zone of the expression (default UTC)')
-    .option('--backfill <n>', 'missed ticks to run after downtime (default 0: skip them)', intOption('--backfill'))
-    .option('--priority <n>', 'priority of its jobs', intOption('--priority', -32768))
-    .option('--max-attempts <n>', 'attempts of its jobs', intOption('--max-attempts', 1))
+    .option(
+      '--backfill <n>',
+      'missed ticks to run after downtime (default 0: skip them)',
+      intOption('--backfill', 0, 1000),
+    )
+    .option('--priority <n>', 'priority of its jobs', intOption('--priority', -32768, 32767))
+    .option('--max-attempts <n>', 'attempts of its jobs', intOption('--max-attempts', 1, 1000))
     .action((name: string, cron: string, o: SetOptions, command: Command) =>
       withTusk(command, async (tusk) => {
         const { payload, ...rest } = o;
         const options: ScheduleOptions = { ...rest };
-        if (payload !== undefined) {
-          try {
-            options.payload = JSON.parse(payload);
-          } catch (error) {
-            throw new TuskValidationError('--payload', `must be JSON: ${(error as Error).message}`);
-          }
-        }
+        if (payload !== undefined) options.payload = await jsonArgument(payload, '--payload');
         console.log(scheduleTable([await tusk.schedule(name, cron, options)]));
       }),
     );

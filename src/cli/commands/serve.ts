@@ -16,7 +16,7 @@ export function serveCommand(program: Command): void {
     .description(
       'HTTP API, dashboard and /metrics. Asks a token when TUSK_ADMIN_TOKEN is set or tokens exist (tusk tokens create); without one it listens on loopback only',
     )
-    .option('-p, --port <port>', 'port (0: any free one)', intOption('--port'), 8080)
+    .option('-p, --port <port>', 'port (0: any free one)', intOption('--port', 0, 65535), 8080)
     .option('--host <host>', 'address to listen on (anything but loopback needs a token)', '127.0.0.1')
     .option('--no-dashboard', 'serve the API and metrics only')
     .option(

@@ -6,30 +6,35 @@ import { withTusk } from '../context.js';
 import { renderTable } from '../table.js';
 
 /** Marks a limit option given as default/none/unlimited (commander turns null into ''). */
-const RESET = 'reset';
+export const RESET = 'reset';
 type Limit = number | typeof RESET;
 const toLimit = (value: Limit | undefined) => (value === RESET ? null : value);
 
 /** `100/60000` → { limit: 100, perMs: 60000 }; `none` → RESET. */
-function rateOption(value: string): TenantSettings['rate'] | typeof RESET {
+export function rateOption(value: string): TenantSettings['rate'] | typeof RESET {
   if (value === 'none') return RESET;
-  const [limit, perMs, extra] = value.split('/').map(Number);
-  if (!Number.isInteger(limit) || !Number.isInteger(perMs) || extra !== undefined) {
-    throw new InvalidArgumentError("--rate takes <limit>/<window ms> (e.g. 100/60000) or 'none'");
+  const match = /^(\d{1,16})\/(\d{1,16})$/.exec(value);
+  if (!match) {
+    throw new InvalidArgumentError(
+      `--rate takes <limit>/<window ms> (e.g. 100/60000) or 'none' (got ${JSON.stringify(value)})`,
+    );
   }
-  return { limit: limit as number, perMs: perMs as number };
+  return { limit: Number(match[1]), perMs: Number(match[2]) };
 }
 
 /** A retention period, or one of `words` for a reset (validated by the API). */
 const retentionOption = (words: string[]) => (value: string) => (words.includes(value) ? RESET : value);
 
 /** `5` → 5; the words the option accepts (`default`, `none`, `unlimited`) → RESET. */
-function limitOption(name: string, words: string[]) {
+export function limitOption(name: string, words: string[]) {
   return (value: string): Limit => {
     if (words.includes(value)) return RESET;
-    const n = Number(value);
-    if (!Number.isInteger(n) || n < 1)
-      throw new InvalidArgumentError(`${name} takes a positive integer or ${words.join('/')}`);
+    const n = /^\d{1,16}$/.test(value) ? Number(value) : 0;
+    if (n < 1) {
+      throw new InvalidArgumentError(
+        `${name} takes a positive integer or ${words.join('/')} (got ${JSON.stringify(value)})`,
+      );
+    }
     return n;
   };
 }

@@ -4,7 +4,7 @@ import { VERSION } from '../../version.js';
 import type { Api } from '../api.js';
 import { sees } from '../auth.js';
 import { type Endpoint, endpoint } from '../endpoint.js';
-import { HttpError, notFound } from '../errors.js';
+import { HttpError, inBody, notFound } from '../errors.js';
 import {
   errorSchema,
   healthSchema,
@@ -87,7 +87,8 @@ export function adminEndpoints(api: Api): Endpoint[] {
       body: tenantPatch,
       responses: { 200: { description: 'the tenant now', schema: tenantSchema }, 400: invalidDoc },
       async handle(c, { body }) {
-        return c.json(await api.tusk.tenants.set(tenantOf(c.req.param('tenant')), body));
+        const tenant = tenantOf(c.req.param('tenant'));
+        return c.json(await inBody(() => api.tusk.tenants.set(tenant, body)));
       },
     }),
   ];

@@ -2,13 +2,12 @@ import type { Context } from 'hono';
 import { jobPage } from '../../client/inspect.js';
 import { jobId } from '../../client/jobs.js';
 import { parse } from '../../client/validate.js';
-import { TuskValidationError } from '../../errors.js';
 import type { Job } from '../../types.js';
 import type { Api } from '../api.js';
 import { scopedTenant, sees } from '../auth.js';
 import { type Endpoint, endpoint } from '../endpoint.js';
 import type { AppEnv } from '../env.js';
-import { HttpError, notFound } from '../errors.js';
+import { HttpError, inBody, notFound } from '../errors.js';
 import {
   enqueuedManySchema,
   enqueuedSchema,
@@ -31,20 +30,6 @@ export async function visibleJob(api: Api, c: Context<AppEnv>): Promise<Job> {
   const job = await api.tusk.getJob(jobId(c.req.param('id'), 'id'));
   if (!job || !sees(c.get('principal'), job.tenant)) throw notFound('job');
   return job;
-}
-
-/**
- * The library names fields by its arguments (`payload`, `jobs[2].payload`); the API names
- * them in the body (`body.payload`, `body.jobs.2.payload`).
- */
-async function inBody<T>(run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (error) {
-    if (!(error instanceof TuskValidationError)) throw error;
-    const field = `body.${error.field.replace(/\[(\d+)\]/g, '.$1')}`.replace(/^body\.options\b/, 'body');
-    throw new TuskValidationError(field, error.message.slice(error.field.length + 2));
-  }
 }
 
 export function jobEndpoints(api: Api): Endpoint[] {

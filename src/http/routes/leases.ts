@@ -4,6 +4,7 @@ import type { Api } from '../api.js';
 import { scopedTenant } from '../auth.js';
 import { type Endpoint, endpoint } from '../endpoint.js';
 import type { AppEnv } from '../env.js';
+import { inBody } from '../errors.js';
 import {
   ackBody,
   errorSchema,
@@ -59,7 +60,8 @@ export function leaseEndpoints(api: Api): Endpoint[] {
       body: ackBody,
       responses: { 200: { description: 'completed', schema: okSchema }, ...leaseDocs },
       async handle(c, { body }) {
-        await api.tusk.ack(await lease(api, c, body.attempt), body.result);
+        const held = await lease(api, c, body.attempt);
+        await inBody(() => api.tusk.ack(held, body.result));
         return c.json({ ok: true });
       },
     }),
@@ -73,7 +75,8 @@ export function leaseEndpoints(api: Api): Endpoint[] {
       responses: { 200: { description: 'its state now', schema: stateSchema }, ...leaseDocs },
       async handle(c, { body }) {
         const { attempt, ...options } = body;
-        return c.json({ state: await api.tusk.nack(await lease(api, c, attempt), options) });
+        const held = await lease(api, c, attempt);
+        return c.json({ state: await inBody(() => api.tusk.nack(held, options)) });
       },
     }),
     endpoint({
