@@ -257,6 +257,32 @@ describe('deduplication (seed 000)', () => {
 });
 
 describe('delayed jobs (seed 004)', () => {
+  it('promoting due jobs reads only the due ones, however many wait for later', async () => {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(
+        `INSERT INTO "${db.schema}".jobs (task, payload, queue, state, run_at)
+         SELECT 'later', '{}', 'promote', 'scheduled', now() + interval '1 day' FROM generate_series(1, 5000)`,
+      );
+      await client.query(
+        `INSERT INTO "${db.schema}".jobs (task, payload, queue, state, run_at)
+         VALUES ('due', '{}', 'promote', 'scheduled', now() - interval '1 second')`,
+      );
+      const { rows } = await client.query(`SELECT "${db.schema}".promote_due_jobs() AS n`);
+      // this transaction's own index statistics: entries the scan of jobs_due returned
+      const { rows: stats } = await client.query(
+        "SELECT pg_stat_get_xact_tuples_returned(format('%I.jobs_due', $1::text)::regclass)::int AS n",
+        [db.schema],
+      );
+      expect(rows[0].n).toBe(1);
+      expect(stats[0].n).toBeLessThan(10); // not the 5 000 jobs due tomorrow
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
+    }
+  });
+
   it('never start early, and start within 100 ms of their time with an idle worker', async () => {
     const starts = new Map<string, number>();
     const worker = db.worker({
