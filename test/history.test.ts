@@ -57,6 +57,9 @@ describe('history partitions and retention', () => {
     expect((await db.tusk.getJob(1_000_000 + 150))?.tenant).toBe('rot-a');
     const recent = await db.tusk.finishedJobs({ tenant: 'rot-a', limit: 5 });
     expect(recent.map((j) => j.id)).toEqual(['1000000', '1000001', '1000002', '1000003', '1000004']);
+    // the last day holds 4 of them: 3 come from its partitions alone, 5 from all of them
+    const fewer = await db.tusk.finishedJobs({ tenant: 'rot-a', limit: 3 });
+    expect(fewer.map((j) => j.id)).toEqual(['1000000', '1000001', '1000002']);
     const older = await db.tusk.finishedJobs({ tenant: 'rot-a', limit: 2, before: recent[4]?.finishedAt as Date });
     expect(older.map((j) => j.id)).toEqual(['1000005', '1000006']);
   });
