@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { errorSchema, jobSchema } from '../src/http/schemas.js';
 import type { Listening } from '../src/index.js';
-import { fingerprint, isLegalName, jsonData, nameLike } from './badInput.js';
+import { fingerprint, isLegalName, jsonData, nameLike, OPTION_KINDS } from './badInput.js';
 import { useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -291,21 +291,7 @@ describe('names and options', () => {
   });
 
   it('property: an option of the wrong JSON type is a 400 naming it', async () => {
-    const kinds = {
-      tenant: 'string',
-      queue: 'string',
-      priority: 'number',
-      delayMs: 'number',
-      maxAttempts: 'number',
-      runAt: 'date',
-      expiresAt: 'date',
-      concurrencyKey: 'string',
-      dedupe: 'boolean',
-      dedupKey: 'string',
-      dedupWindowMs: 'number',
-      retry: 'object',
-      source: 'object',
-    } as const;
+    const kinds = OPTION_KINDS;
     const of: Record<string, fc.Arbitrary<unknown>> = {
       string: fc.string({ minLength: 1 }),
       number: fc.integer({ min: 1, max: 9 }),

@@ -3,7 +3,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { defineTask, Tusk, TuskValidationError } from '../src/index.js';
-import { expectRefused, isLegalName, jsonData, nameLike, wrongType } from './badInput.js';
+import { expectRefused, isLegalName, jsonData, nameLike, OPTION_KINDS, wrongType } from './badInput.js';
 import { useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -364,21 +364,6 @@ describe('enqueue options', () => {
     expect((await tusk.getJob(late.id))?.runAt).toEqual(runAt);
   });
 
-  const OPTION_KINDS = {
-    tenant: 'string',
-    queue: 'string',
-    priority: 'number',
-    runAt: 'date',
-    delayMs: 'number',
-    maxAttempts: 'number',
-    expiresAt: 'date',
-    concurrencyKey: 'string',
-    dedupe: 'boolean',
-    dedupKey: 'string',
-    dedupWindowMs: 'number',
-    retry: 'object',
-    source: 'object',
-  } as const;
   it('property: an option of the wrong type is refused, naming it', async () => {
     const keys = Object.keys(OPTION_KINDS) as Array<keyof typeof OPTION_KINDS>;
     const badOption = fc

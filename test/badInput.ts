@@ -109,3 +109,20 @@ export function wrongType(kind: 'string' | 'number' | 'boolean' | 'date' | 'obje
     .map(([, a]) => a);
   return fc.oneof(...others);
 }
+
+/** Enqueue options by the JSON kind each takes: a value of another kind must be refused. */
+export const OPTION_KINDS = {
+  tenant: 'string',
+  queue: 'string',
+  priority: 'number',
+  runAt: 'date',
+  delayMs: 'number',
+  maxAttempts: 'number',
+  expiresAt: 'date',
+  concurrencyKey: 'string',
+  dedupe: 'boolean',
+  dedupKey: 'string',
+  dedupWindowMs: 'number',
+  retry: 'object',
+  source: 'object',
+} as const;
