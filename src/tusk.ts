@@ -11,13 +11,13 @@ import {
   dateSchema,
   describe,
   enqueueOptionsSchema,
+  errorMessageSchema,
   integer,
   jobSpecSchema,
   MAX_DELAY_MS,
   nameSchema,
   parse,
   stageOptionsSchema,
-  storableText,
 } from './client/validate.js';
 import { jsonArray, type Written, writeRecords } from './client/write.js';
 import { type TransactionLike, toQueryable } from './db/adapters.js';
@@ -107,11 +107,7 @@ const leaseSchema = z
   .loose();
 const nackOptionsSchema = z.strictObject({
   delayMs: integer(0, MAX_DELAY_MS).optional(),
-  error: storableText(
-    z
-      .string({ error: (issue) => `must be a string (got ${describe(issue.input)})` })
-      .max(2000, 'must be at most 2000 characters'),
-  ).optional(),
+  error: errorMessageSchema.optional(),
 });
 const pruneOptionsSchema = z.strictObject({
   batch: integer(1, 1_000_000).optional(),

@@ -11,7 +11,7 @@ import {
   upsertTenant,
 } from '../queries/tenants.js';
 import { retentionSchema } from './retention.js';
-import { describe, integer, nameSchema, parse } from './validate.js';
+import { describe, flagSchema, integer, nameSchema, parse } from './validate.js';
 
 /** A tenant's settings and its unfinished jobs. */
 export interface TenantInfo {
@@ -59,7 +59,7 @@ const rateSchema = z
 const settingsSchema = z.strictObject({
   slots: limit(),
   perKey: limit(),
-  paused: z.boolean({ error: (issue) => `must be true or false (got ${describe(issue.input)})` }).optional(),
+  paused: flagSchema().optional(),
   rate: rateSchema,
   retention: retentionSchema.optional(),
 });

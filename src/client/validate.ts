@@ -52,6 +52,15 @@ export const integer = (min: number, max: number) => {
     .meta({ type: 'integer', minimum: min, maximum: max }); // what the refinement checks, for the OpenAPI document
 };
 
+/** true or false, with an error that shows what was given. */
+export const flagSchema = () => z.boolean({ error: (issue) => `must be true or false (got ${describe(issue.input)})` });
+
+/** A string, with an error that shows what was given. */
+export const stringSchema = () => z.string({ error: (issue) => `must be a string (got ${describe(issue.input)})` });
+
+/** A failed attempt's message as its caller gives it (nack). */
+export const errorMessageSchema = storableText(stringSchema().max(2000, 'must be at most 2000 characters'));
+
 /** A real Date inside PostgreSQL's comfortable range (years 1 to 9999). */
 export const dateSchema = z.custom<Date>(
   (d) => d instanceof Date && !Number.isNaN(d.getTime()) && d.getUTCFullYear() >= 1 && d.getUTCFullYear() <= 9999,
@@ -74,7 +83,7 @@ export const jobOptionShape = {
   maxAttempts: integer(1, 1000).optional(),
   expiresAt: dateSchema.optional(),
   concurrencyKey: keySchema(256).optional(),
-  dedupe: z.boolean({ error: (issue) => `must be true or false (got ${describe(issue.input)})` }).optional(),
+  dedupe: flagSchema().optional(),
   dedupKey: keySchema(512).optional(),
   dedupWindowMs: integer(0, MAX_DELAY_MS).optional(),
   source: z

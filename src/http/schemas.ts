@@ -1,5 +1,13 @@
 import { z } from 'zod';
-import { describe, integer, jobOptionShape, MAX_DELAY_MS, nameSchema, storableText } from '../client/validate.js';
+import {
+  describe,
+  errorMessageSchema,
+  flagSchema,
+  integer,
+  jobOptionShape,
+  MAX_DELAY_MS,
+  nameSchema,
+} from '../client/validate.js';
 
 // Requests. Validated with `parse` (errors name the field: `body.jobs.2.delayMs: ...`),
 // and turned into the OpenAPI document, so the document is what the server checks.
@@ -79,11 +87,7 @@ export const ackBody = z.strictObject({ attempt, result: z.unknown().optional() 
 export const nackBody = z.strictObject({
   attempt,
   delayMs: integer(0, MAX_DELAY_MS).optional().meta({ description: 'retry after this long (default at once)' }),
-  error: storableText(
-    z
-      .string({ error: (issue) => `must be a string (got ${describe(issue.input)})` })
-      .max(2000, 'must be at most 2000 characters'),
-  ).optional(),
+  error: errorMessageSchema.optional(),
 });
 export const extendBody = z.strictObject({ attempt, leaseMs: positiveInt(24 * 3600_000) });
 
@@ -98,7 +102,7 @@ const limit = integer(1, 1_000_000).nullable().optional();
 export const tenantPatch = z.strictObject({
   slots: limit.meta({ description: 'jobs it may run at once; null: the default' }),
   perKey: limit.meta({ description: 'running jobs per concurrency key; null: no limit' }),
-  paused: z.boolean({ error: (issue) => `must be true or false (got ${describe(issue.input)})` }).optional(),
+  paused: flagSchema().optional(),
 });
 
 export const statsQuery = z.strictObject({

@@ -2,7 +2,7 @@ import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
 import type { Hono } from 'hono';
 import { z } from 'zod';
-import { describe, integer, parse } from '../client/validate.js';
+import { describe, flagSchema, integer, parse, stringSchema } from '../client/validate.js';
 import { TuskError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { type MetricsOptions, TuskMetrics } from '../metrics/metrics.js';
@@ -49,8 +49,8 @@ export interface TuskServer {
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 
 const optionsSchema = z.strictObject({
-  adminToken: z.string({ error: (issue) => `must be a string (got ${describe(issue.input)})` }).optional(),
-  dashboard: z.boolean({ error: (issue) => `must be true or false (got ${describe(issue.input)})` }).optional(),
+  adminToken: stringSchema().optional(),
+  dashboard: flagSchema().optional(),
   metrics: z
     .union([z.literal(false), z.strictObject({ lagMs: integer(0, 3_600_000).optional() })], {
       error: (issue) => `must be { lagMs? } or false (got ${describe(issue.input)})`,
@@ -60,10 +60,7 @@ const optionsSchema = z.strictObject({
 });
 const listenSchema = z.strictObject({
   port: integer(0, 65535).optional(),
-  host: z
-    .string({ error: (issue) => `must be a string (got ${describe(issue.input)})` })
-    .min(1)
-    .optional(),
+  host: stringSchema().min(1).optional(),
 });
 
 export function createServer(tusk: Tusk, log: Logger, given: ServerOptions = {}): TuskServer {

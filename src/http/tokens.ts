@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { describe, nameSchema, parse, storableText } from '../client/validate.js';
+import { nameSchema, parse, storableText, stringSchema } from '../client/validate.js';
 import type { Queryable } from '../db/queryable.js';
 import {
   anyLiveToken,
@@ -30,11 +30,7 @@ export interface TokenInfo {
 const PREFIX = 'tusk_';
 const createSchema = z.strictObject({
   tenant: nameSchema(128).optional(),
-  name: storableText(
-    z
-      .string({ error: (issue) => `must be a string (got ${describe(issue.input)})` })
-      .max(200, 'must be at most 200 characters'),
-  ).optional(),
+  name: storableText(stringSchema().max(200, 'must be at most 200 characters')).optional(),
 });
 
 /** SHA-256 of a token: tokens are 32 random bytes, so no salt or slow hash is needed. */

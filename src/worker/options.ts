@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { describe, integer, nameSchema, parse } from '../client/validate.js';
+import { describe, flagSchema, integer, nameSchema, parse } from '../client/validate.js';
 import { TuskValidationError } from '../errors.js';
 import { type TaskDefinition, type Tasks, taskMap, tasksSchema } from '../tasks/definition.js';
 import { checkIsolatedModule } from './isolate.js';
@@ -79,7 +79,7 @@ const workerOptionsSchema = z.strictObject({
     })
     .optional(),
   batchSize: positive(10_000).optional(),
-  asyncCommit: z.boolean({ error: (issue) => `must be true or false (got ${describe(issue.input)})` }).optional(),
+  asyncCommit: flagSchema().optional(),
   leaseMs: positive(24 * 3600_000).optional(),
   heartbeatMs: positive(600_000).optional(),
   pollMs: positive(600_000).optional(),
