@@ -3,7 +3,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { defineTask, Tusk, TuskValidationError } from '../src/index.js';
-import { expectRefused, isLegalName, jsonData, nameLike, OPTION_KINDS, wrongType } from './badInput.js';
+import { expectRefused, isLegalName, jsonData, nameLike, OPTION_KINDS, wrongOption } from './badInput.js';
 import { useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -365,10 +365,7 @@ describe('enqueue options', () => {
   });
 
   it('property: an option of the wrong type is refused, naming it', async () => {
-    const keys = Object.keys(OPTION_KINDS) as Array<keyof typeof OPTION_KINDS>;
-    const badOption = fc
-      .constantFrom(...keys)
-      .chain((key) => wrongType(OPTION_KINDS[key]).map((value) => [key, value] as const));
+    const badOption = wrongOption(OPTION_KINDS);
     await fc.assert(
       fc.asyncProperty(badOption, async ([key, value]) => {
         const error = await expectRefused(db, () => tusk.enqueue('t', {}, { [key]: value }), `options.${key}`);
@@ -461,12 +458,8 @@ describe('tenant settings', () => {
       retention: 'string',
       rate: 'object',
     } as const;
-    const bad = fc.constantFrom(...(Object.keys(kinds) as Array<keyof typeof kinds>)).chain((key) =>
-      wrongType(kinds[key])
-        // null resets: legal for every setting but paused
-        .filter((v) => v !== null || key === 'paused')
-        .map((value) => [key, value] as const),
-    );
+    // null resets: legal for every setting but paused
+    const bad = wrongOption(kinds, (key, value) => value === null && key !== 'paused');
     await fc.assert(
       fc.asyncProperty(bad, async ([key, value]) => {
         await expectRefused(db, () => tusk.tenants.set('typed', { [key]: value }), `settings.${key}`);
@@ -538,9 +531,7 @@ describe('worker options and task definitions', () => {
       asyncCommit: 'boolean',
       name: 'string',
     } as const;
-    const bad = fc
-      .constantFrom(...(Object.keys(kinds) as Array<keyof typeof kinds>))
-      .chain((key) => wrongType(kinds[key]).map((value) => [key, value] as const));
+    const bad = wrongOption(kinds);
     await fc.assert(
       fc.asyncProperty(bad, async ([key, value]) => {
         await expectRefused(db, () => tusk.worker({ tasks: {}, [key]: value }), `worker options.${key}`);

@@ -110,6 +110,23 @@ export function wrongType(kind: 'string' | 'number' | 'boolean' | 'date' | 'obje
   return fc.oneof(...others);
 }
 
+type Kind = Parameters<typeof wrongType>[0];
+
+/**
+ * An option of `kinds` with a value of another kind: `[key, value]`. `legal` keeps out
+ * values that key does take after all (null where null resets).
+ */
+export function wrongOption<K extends string>(
+  kinds: Record<K, Kind>,
+  legal: (key: K, value: unknown) => boolean = () => false,
+): fc.Arbitrary<readonly [K, unknown]> {
+  return fc.constantFrom(...(Object.keys(kinds) as K[])).chain((key) =>
+    wrongType(kinds[key])
+      .filter((value) => !legal(key, value))
+      .map((value) => [key, value] as const),
+  );
+}
+
 /** Enqueue options by the JSON kind each takes: a value of another kind must be refused. */
 export const OPTION_KINDS = {
   tenant: 'string',
