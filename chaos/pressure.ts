@@ -223,12 +223,13 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
           await c.end();
         }
       });
-      const r = measure('4 REPEATABLE READ scanners', await run(o.phaseMs));
+      measure('4 REPEATABLE READ scanners', await run(o.phaseMs));
       scanning = false;
       await Promise.all(scans);
-      void r;
       await recover('REPEATABLE READ scanners');
     }
+
+    // 3. 1.5× overload, then back to the steady rate: the backlog must drain
     load.rate = Math.round(rate * 1.5);
     measure('1.5× overload', await run(o.phaseMs));
     load.rate = rate;
@@ -407,20 +408,15 @@ function summarize(
   }
   const inWindow = samples.filter((s) => s.at >= w.from && s.at <= w.to);
   const waits = new Map<string, number>();
+  const total = Math.max(
+    1,
+    inWindow.reduce((n, s) => n + s.waits.length, 0),
+  );
   for (const s of inWindow) for (const x of s.waits) waits.set(x, (waits.get(x) ?? 0) + 1);
   const top = [...waits]
     .sort((a, b) => b[1] - a[1])
     .slice(0, 3)
-    .map(
-      ([x, n]) =>
-        `${x} ${Math.round(
-          (100 * n) /
-            Math.max(
-              1,
-              [...waits.values()].reduce((a, b) => a + b, 0),
-            ),
-        )}%`,
-    )
+    .map(([x, n]) => `${x} ${Math.round((100 * n) / total)}%`)
     .join(', ');
   return {
     phase,
