@@ -21,7 +21,9 @@ export async function api(path, { method = 'GET', body } = {}) {
   const headers = { accept: 'application/json' };
   const t = token.get();
   if (t) headers.authorization = `Bearer ${t}`;
-  if (body !== undefined) headers['content-type'] = 'application/json';
+  // every write says JSON, with a body or without: the server refuses others (a page of
+  // another site could send them)
+  if (method !== 'GET') headers['content-type'] = 'application/json';
   const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const type = response.headers.get('content-type') ?? '';
   const data = type.includes('json') ? await response.json() : await response.text();

@@ -609,7 +609,7 @@ export class Tusk<L extends TaskList = TaskList> {
    */
   async server(options: ServerOptions = {}): Promise<TuskServer> {
     const { createServer } = await import('./http/server.js');
-    return createServer(this, this.#log, options);
+    return createServer(this, { log: this.#log, maxPayloadBytes: this.#maxPayloadBytes }, options);
   }
 
   /** Stops this instance's workers (gracefully), then closes the pool it created. */

@@ -120,7 +120,7 @@ describe('request bodies', () => {
       });
       const chunked = await fetch(`${small.url}/api/jobs`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${ADMIN}` },
+        headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
         body: stream,
         duplex: 'half',
       } as RequestInit);

@@ -21,7 +21,7 @@ import type { Listening, TuskServer } from '../src/index.js';
 import { eventually, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
-const ADMIN = 'test-admin-token-0123456789';
+const ADMIN = 'test-admin-token-0123456789abcdef';
 let server: TuskServer;
 let listening: Listening;
 let acmeToken: string;
@@ -43,10 +43,9 @@ async function call(
   const token = options.token === undefined ? ADMIN : options.token;
   if (token !== null) headers.authorization = `Bearer ${token}`;
   let body: string | undefined = options.raw;
-  if (options.body !== undefined) {
-    headers['content-type'] = 'application/json';
-    body = JSON.stringify(options.body);
-  }
+  // writes say JSON, with a body or without (the server refuses others: 415)
+  if (method !== 'GET') headers['content-type'] = 'application/json';
+  if (options.body !== undefined) body = JSON.stringify(options.body);
   const response = await fetch(`${listening.url}${path}`, { method, headers, body });
   const text = await response.text();
   const type = response.headers.get('content-type') ?? '';
@@ -107,6 +106,7 @@ describe('HTTP API', () => {
     expect(expectReply(await call('GET', '/api/whoami', { token }), 200, whoamiSchema)).toEqual({
       role: 'admin',
       tenant: null,
+      scopes: ['admin'],
       auth: true,
     });
     expect(await server.tokens.revoke(info.id)).toBe(true);
@@ -120,6 +120,7 @@ describe('HTTP API', () => {
     expect(expectReply(await call('GET', '/api/whoami', { token: acmeToken }), 200, whoamiSchema)).toEqual({
       role: 'tenant',
       tenant: 'acme',
+      scopes: ['enqueue', 'read', 'manage', 'lease'],
       auth: true,
     });
     for (const [method, path] of [
@@ -256,9 +257,11 @@ describe('HTTP API', () => {
   });
 
   it('a schema that was never migrated: 503 saying so', async () => {
-    const bare = await db.another({ schema: `${db.schema}_none` }).server({ dashboard: false, metrics: false });
+    const bare = await db
+      .another({ schema: `${db.schema}_none` })
+      .server({ adminToken: ADMIN, dashboard: false, metrics: false });
     for (const path of ['/api/jobs', '/api/jobs/1', '/api/workers']) {
-      const response = await bare.app.request(path);
+      const response = await bare.app.request(path, { headers: { authorization: `Bearer ${ADMIN}` } });
       expect(response.status, path).toBe(503);
       expect(((await response.json()) as { error: { message: string } }).error.message).toMatch(/tusk migrate/);
     }

@@ -39,7 +39,12 @@ describe('tusk serve and tusk tokens', () => {
 
     const { child, url } = await serve('--metrics-lag-ms', '0');
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
-    expect(JSON.parse((await get(`${url}/api/whoami`)).body)).toEqual({ role: 'admin', tenant: null, auth: false });
+    expect(JSON.parse((await get(`${url}/api/whoami`)).body)).toEqual({
+      role: 'admin',
+      tenant: null,
+      scopes: ['admin'],
+      auth: false,
+    });
     const page = await get(`${url}/`);
     expect(page.status).toBe(200);
     expect(page.body).toContain('assets/app.js');
@@ -50,11 +55,11 @@ describe('tusk serve and tusk tokens', () => {
     expect(created.code).toBe(0);
     const acme = created.stdout.trim();
     expect(acme).toMatch(/^tusk_[\w-]{43}$/);
-    expect(created.stderr).toMatch(/for tenant acme: shown once/);
+    expect(created.stderr).toMatch(/for tenant acme \(enqueue\+read\+manage\+lease\): shown once/);
     const admin = (await tusk(env(), 'tokens', 'create')).stdout.trim();
     const list = await tusk(env(), 'tokens', 'list');
-    expect(list.stdout).toMatch(/1\s+web app\s+tenant acme\s+tusk_\S{6}…/);
-    expect(list.stdout).toMatch(/2\s+-\s+admin/);
+    expect(list.stdout).toMatch(/1\s+web app\s+acme\s+enqueue\+read\+manage\+lease\s+tusk_\S{6}…/);
+    expect(list.stdout).toMatch(/2\s+-\s+every\s+admin\s+tusk_/);
     expect(list.stdout).not.toContain(acme);
 
     // the running server notices the new tokens within its cache time (2 s)

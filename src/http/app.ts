@@ -1,13 +1,16 @@
 import { Hono } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
+import { every } from 'hono/combine';
 import { parse } from '../client/validate.js';
 import type { Logger } from '../log.js';
 import type { Api } from './api.js';
+import { type BodyLimits, readText } from './body.js';
 import { mountDashboard } from './dashboard.js';
 import { type Endpoint, endpoint } from './endpoint.js';
 import type { AppEnv } from './env.js';
 import { errorHandler, HttpError } from './errors.js';
+import { jsonWrites, loopbackOnly, noStore } from './guard.js';
 import { openApiDocument } from './openapi.js';
+import { type RateLimit, rateLimit } from './rateLimit.js';
 import { adminEndpoints } from './routes/admin.js';
 import { jobEndpoints } from './routes/jobs.js';
 import { leaseEndpoints } from './routes/leases.js';
@@ -15,8 +18,12 @@ import { leaseEndpoints } from './routes/leases.js';
 export interface AppOptions {
   /** Serve the dashboard at `/`. */
   dashboard: boolean;
-  /** Largest request body. */
-  maxBodyBytes: number;
+  /** Largest request bodies. */
+  limits: Required<BodyLimits>;
+  /** Requests per token; null for no limit. */
+  rateLimit: RateLimit | null;
+  /** Answer loopback Host names and origins only (a server without auth). */
+  loopbackOnly: boolean;
 }
 
 /** Every endpoint of the API (and /metrics), as documented in /api/openapi.json. */
@@ -24,18 +31,9 @@ export function endpoints(api: Api): Endpoint[] {
   return [...jobEndpoints(api), ...leaseEndpoints(api), ...adminEndpoints(api)];
 }
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
-
-/** Reads a JSON body; an empty one is `{}` where the endpoint allows it. */
-async function readBody(e: Endpoint, request: Request): Promise<unknown> {
-  const bytes = await request.arrayBuffer();
-  let text: string;
-  try {
-    // fatal: request.text() would turn bad bytes into U+FFFD, silently changing the data
-    text = utf8.decode(bytes);
-  } catch {
-    throw new HttpError(400, 'invalid', 'body: not valid UTF-8', 'body');
-  }
+/** Reads a JSON body within its limit; an empty one is `{}` where the endpoint allows it. */
+async function readBody(e: Endpoint, request: Request, limits: Required<BodyLimits>): Promise<unknown> {
+  const text = await readText(request, e.batchBody ? limits : { maxBytes: limits.maxBytes });
   if (text.trim() === '') {
     if (e.bodyOptional) return {};
     throw new HttpError(400, 'invalid', 'body: a JSON body is required', 'body');
@@ -52,16 +50,10 @@ export function createApp(api: Api, log: Logger, options: AppOptions): Hono<AppE
   const app = new Hono<AppEnv>();
   app.onError(errorHandler(log));
   app.notFound((c) => c.json({ error: { code: 'not_found', message: `no route ${c.req.method} ${c.req.path}` } }, 404));
-  app.use(
-    '/api/*',
-    bodyLimit({
-      maxSize: options.maxBodyBytes,
-      onError: () => {
-        throw new HttpError(413, 'too_large', `body: over the limit of ${options.maxBodyBytes} bytes`, 'body');
-      },
-    }),
-  );
-
+  if (options.loopbackOnly) app.use('*', loopbackOnly);
+  app.use('/api/*', noStore);
+  app.use('/metrics', noStore);
+  const limited = options.rateLimit ? rateLimit(options.rateLimit) : null;
   const list = endpoints(api);
   let document: Record<string, unknown> = {};
   list.push(
@@ -77,11 +69,14 @@ export function createApp(api: Api, log: Logger, options: AppOptions): Hono<AppE
   );
   document = openApiDocument(list);
   for (const e of list) {
-    app.on(e.method.toUpperCase(), e.path, api.auth.check(e.access), async (c) => {
+    const checks = [api.auth.check(e.access)];
+    if (e.method !== 'get') checks.unshift(jsonWrites);
+    if (limited && e.access !== 'public') checks.push(limited);
+    app.on(e.method.toUpperCase(), e.path, every(...checks), async (c) => {
       const query = e.query ? parse(e.query, c.req.query(), 'query') : undefined;
       let body: unknown;
       if (e.body) {
-        const raw = await readBody(e, c.req.raw);
+        const raw = await readBody(e, c.req.raw, options.limits);
         body = e.parseBody ? e.parseBody(raw) : parse(e.body, raw, 'body');
       }
       return e.handle(c, { query, body });

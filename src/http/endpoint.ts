@@ -29,6 +29,8 @@ export interface Endpoint<Q extends z.ZodType = z.ZodType, B extends z.ZodType =
   body?: B;
   /** The body may be left out (then it is `{}`). */
   bodyOptional?: boolean;
+  /** The body may be enqueue many (`{ jobs: [...] }`): its own, larger limit. */
+  batchBody?: boolean;
   /** Parses the body instead of `body` (which then only documents it). */
   parseBody?: (value: unknown) => z.output<B>;
   responses: Record<number, ResponseDoc>;

@@ -40,11 +40,19 @@ export async function inBody<T>(run: () => Promise<T>): Promise<T> {
   }
 }
 
-/** Hono's error handler: Tusk's errors to their HTTP status, anything else to 500 (logged). */
+/**
+ * Hono's error handler: Tusk's errors to their HTTP status, anything else to 500 (logged
+ * at error level). A refusal of the server's own (an HttpError) is not logged, an upload
+ * the client cut off is logged at debug level, a statement timeout at warn.
+ */
 export function errorHandler(log: Logger) {
   return (error: Error, c: Context): Response => {
     const e = toHttpError(error);
-    if (e.status >= 500) log.error({ err: error, path: c.req.path }, 'tusk http: request failed');
+    if (e.code === 'aborted') log.debug({ err: error, path: c.req.path }, 'tusk http: the client cut the request off');
+    else if (e.code === 'timeout') log.warn({ err: error, path: c.req.path }, 'tusk http: statement timeout');
+    else if (e.status >= 500 && !(error instanceof HttpError)) {
+      log.error({ err: error, path: c.req.path }, 'tusk http: request failed');
+    }
     const body: { code: string; message: string; field?: string } = { code: e.code, message: e.message };
     if (e.field !== undefined) body.field = e.field;
     return c.json({ error: body }, e.status);
@@ -63,6 +71,13 @@ function toHttpError(error: Error): HttpError {
   }
   if (error instanceof TuskError) return new HttpError(400, 'refused', error.message);
   const code = (error as { code?: string }).code;
+  if (code === SQLSTATE.queryCanceled) {
+    return new HttpError(
+      503,
+      'timeout',
+      'the query ran past the statement timeout of lists and searches: narrow it (a tenant, queue or state) or ask again',
+    );
+  }
   if (code === SQLSTATE.undefinedTable || code === SQLSTATE.undefinedFunction || code === SQLSTATE.invalidSchemaName) {
     return new HttpError(
       503,

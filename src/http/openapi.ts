@@ -34,11 +34,28 @@ function operation(e: Endpoint) {
       ...(r.contentType ? { content: { [r.contentType]: { schema: { type: 'string' } } } } : {}),
     };
   }
+  if (e.method !== 'get') {
+    responses[415] = { description: 'no Content-Type: application/json', content: json(errorSchema, 'output') };
+  }
   if (e.access !== 'public') {
     responses[401] = { description: 'no token, or an unknown or revoked one', content: json(errorSchema, 'output') };
+    responses[429] = {
+      description: "over the token's request rate: see Retry-After",
+      content: json(errorSchema, 'output'),
+    };
+    responses[503] ??= {
+      description: 'no token is live: the server refuses every request until one is created',
+      content: json(errorSchema, 'output'),
+    };
   }
-  if (e.access === 'admin') {
-    responses[403] = { description: 'a tenant token: this needs an admin token', content: json(errorSchema, 'output') };
+  if (e.access !== 'public' && e.access !== 'token') {
+    responses[403] = {
+      description:
+        e.access === 'admin'
+          ? 'a token without the admin scope'
+          : `a token without the ${e.access} scope (or, for a tenant token, another tenant named)`,
+      content: json(errorSchema, 'output'),
+    };
   }
   return {
     summary: e.summary,
@@ -47,7 +64,8 @@ function operation(e: Endpoint) {
     ...(parameters.length > 0 ? { parameters } : {}),
     ...(e.body ? { requestBody: { required: !e.bodyOptional, content: json(e.body, 'input') } } : {}),
     responses,
-    security: e.access === 'public' ? [] : [{ bearer: [] }],
+    // for http schemes, the list holds the roles needed: here the token's scope
+    security: e.access === 'public' ? [] : [{ bearer: e.access === 'token' ? [] : [e.access] }],
   };
 }
 
@@ -73,7 +91,7 @@ export function openApiDocument(endpoints: Endpoint[]): Record<string, unknown> 
           type: 'http',
           scheme: 'bearer',
           description:
-            'An admin token (TUSK_ADMIN_TOKEN, or `tusk tokens create`) or a tenant token (`tusk tokens create --tenant acme`). Not needed while the server has no token (it then listens on loopback only).',
+            'An admin token (TUSK_ADMIN_TOKEN, or `tusk tokens create`), or a token with scopes, of one tenant or every one (`tusk tokens create --tenant acme --scope enqueue+read`). Each operation lists the scope it needs; admin has every one. Not needed by a server without auth (it then answers on loopback only).',
         },
       },
     },

@@ -8,6 +8,7 @@ import {
   MAX_DELAY_MS,
   nameSchema,
 } from '../client/validate.js';
+import { SCOPES } from './scopes.js';
 
 // Requests. Validated with `parse` (errors name the field: `body.jobs.2.delayMs: ...`),
 // and turned into the OpenAPI document, so the document is what the server checks.
@@ -41,7 +42,12 @@ const positiveInt = (max: number) =>
 
 export const jobIdSchema = z
   .string()
-  .regex(/^[1-9]\d{0,18}$/)
+  .regex(/^[1-9]\d{0,18}$/, 'must be a job id: a positive integer')
+  // 19 digits may pass a bigint's largest value: PostgreSQL would refuse it (a 500)
+  .refine(
+    (s) => !/^\d+$/.test(s) || BigInt(s) <= 9223372036854775807n,
+    'must be a job id: a positive integer up to 9223372036854775807',
+  )
   .meta({ description: 'job id (a positive integer)' });
 const jobStates = ['scheduled', 'available', 'running', 'failed', 'succeeded', 'dead', 'cancelled', 'expired'] as const;
 export const jobStateSchema = z.enum(jobStates, { error: `must be one of ${jobStates.join(', ')}` });
@@ -268,8 +274,11 @@ export const timeseriesSchema = z.object({
 });
 
 export const whoamiSchema = z.object({
-  role: z.enum(['admin', 'tenant']),
-  tenant: z.string().nullable(),
+  role: z.enum(['admin', 'tenant', 'scoped']).meta({
+    description: 'admin; tenant: a token of one tenant; scoped: a token of every tenant, without admin',
+  }),
+  tenant: z.string().nullable().meta({ description: 'whose jobs it sees; null: every tenant’s' }),
+  scopes: z.array(z.enum(SCOPES)).meta({ description: 'what it may do' }),
   auth: z.boolean().meta({ description: 'false: the server asks no token (loopback only)' }),
 });
 export const healthSchema = z.object({ ok: z.literal(true), version: z.string() });

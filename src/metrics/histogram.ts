@@ -8,6 +8,8 @@ interface Series {
   count: number;
 }
 
+const seriesKey = (labels: Record<string, string>) => JSON.stringify(Object.entries(labels).sort());
+
 /**
  * A Prometheus histogram fed with counts per bucket rather than one observation at a
  * time: the database counts a scrape's finished jobs per bucket, and this adds them up.
@@ -26,9 +28,14 @@ export class CountedHistogram {
     readonly bounds: number[],
   ) {}
 
+  /** Drops the series of these labels. */
+  remove(labels: Record<string, string>): void {
+    this.#series.delete(seriesKey(labels));
+  }
+
   /** Adds `n` observations falling in bucket `bucket` (0..bounds.length), summing to `sum`. */
   add(labels: Record<string, string>, bucket: number, n: number, sum: number): void {
-    const key = JSON.stringify(Object.entries(labels).sort());
+    const key = seriesKey(labels);
     let series = this.#series.get(key);
     if (!series) {
       series = { labels, buckets: new Array(this.bounds.length + 1).fill(0), sum: 0, count: 0 };

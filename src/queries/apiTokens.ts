@@ -8,22 +8,24 @@ export interface TokenRow {
   /** null: an admin token. */
   tenant: string | null;
   prefix: string;
+  /** What it may do: enqueue, read, manage, lease, metrics, admin. */
+  scopes: string[];
   created_at: Date;
   last_used_at: Date | null;
   revoked_at: Date | null;
 }
 
-const COLUMNS = 'id, name, tenant, prefix, created_at, last_used_at, revoked_at';
+const COLUMNS = 'id, name, tenant, prefix, scopes, created_at, last_used_at, revoked_at';
 
 export async function insertToken(
   db: Queryable,
   schema: string,
-  token: { name: string; tenant: string | null; hash: Buffer; prefix: string },
+  token: { name: string; tenant: string | null; scopes: string[]; hash: Buffer; prefix: string },
 ): Promise<TokenRow> {
   const { rows } = await db.query<TokenRow>(
-    `INSERT INTO ${ident(schema)}.api_tokens (name, tenant, token_hash, prefix) VALUES ($1, $2, $3, $4)
+    `INSERT INTO ${ident(schema)}.api_tokens (name, tenant, scopes, token_hash, prefix) VALUES ($1, $2, $3, $4, $5)
      RETURNING ${COLUMNS}`,
-    [token.name, token.tenant, token.hash, token.prefix],
+    [token.name, token.tenant, token.scopes, token.hash, token.prefix],
   );
   return rows[0] as TokenRow;
 }
@@ -50,23 +52,27 @@ export async function findToken(
   db: Queryable,
   schema: string,
   hash: Buffer,
-): Promise<{ id: number; tenant: string | null } | null> {
+): Promise<{ id: number; tenant: string | null; scopes: string[] } | null> {
   const s = ident(schema);
-  const { rows } = await db.query<{ id: number; tenant: string | null }>(
-    `WITH t AS (SELECT id, tenant, last_used_at FROM ${s}.api_tokens WHERE token_hash = $1 AND revoked_at IS NULL),
+  const { rows } = await db.query<{ id: number; tenant: string | null; scopes: string[] }>(
+    `WITH t AS (
+       SELECT id, tenant, scopes, last_used_at FROM ${s}.api_tokens WHERE token_hash = $1 AND revoked_at IS NULL),
      touched AS (
        UPDATE ${s}.api_tokens a SET last_used_at = now() FROM t
        WHERE a.id = t.id AND (t.last_used_at IS NULL OR t.last_used_at < now() - interval '1 minute'))
-     SELECT id, tenant FROM t`,
+     SELECT id, tenant, scopes FROM t`,
     [hash],
   );
   return rows[0] ?? null;
 }
 
-/** True when at least one token is live (then the API asks every caller for one). */
-export async function anyLiveToken(db: Queryable, schema: string): Promise<boolean> {
-  const { rows } = await db.query<{ any: boolean }>(
-    `SELECT EXISTS (SELECT 1 FROM ${ident(schema)}.api_tokens WHERE revoked_at IS NULL) AS any`,
+/**
+ * The hashes of the live tokens: few (an operator makes them), so the server keeps them
+ * to turn away unknown tokens without a query each.
+ */
+export async function liveTokenHashes(db: Queryable, schema: string): Promise<Buffer[]> {
+  const { rows } = await db.query<{ token_hash: Buffer }>(
+    `SELECT token_hash FROM ${ident(schema)}.api_tokens WHERE revoked_at IS NULL`,
   );
-  return rows[0]?.any ?? false;
+  return rows.map((r) => r.token_hash);
 }

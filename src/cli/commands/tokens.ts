@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { formatScopes, parseScopes, SCOPES } from '../../http/scopes.js';
 import { ApiTokens } from '../../http/tokens.js';
 import { intOption, tuskFor } from '../context.js';
 import { renderTable } from '../table.js';
@@ -17,17 +18,25 @@ async function withTokens(command: Command, run: (tokens: ApiTokens) => Promise<
 export function tokensCommand(program: Command): void {
   const tokens = program
     .command('tokens')
-    .description('API tokens of tusk serve: admin tokens, and tenant tokens that see their tenant only');
+    .description(
+      'API tokens of tusk serve: whose jobs a token sees (one tenant, or every one) and what it may do (its scopes)',
+    );
   tokens
     .command('create')
     .description('create a token and print it: it is shown this once (only its hash is kept)')
-    .option('--tenant <tenant>', 'a tenant token: sees and acts on this tenant’s jobs only (default: admin)')
+    .option('--tenant <tenant>', 'a tenant token: sees and acts on this tenant’s jobs only (default: every tenant’s)')
+    .option(
+      '--scope <scopes>',
+      `what it may do, joined by + or commas: ${SCOPES.join(', ')} (default: enqueue+read+manage+lease with --tenant, else admin)`,
+    )
     .option('--name <name>', 'a note: who or what uses it')
-    .action((options: { tenant?: string; name?: string }, command: Command) =>
+    .action((options: { tenant?: string; name?: string; scope?: string }, command: Command) =>
       withTokens(command, async (t) => {
-        const { token, info } = await t.create(options);
+        const { scope, ...rest } = options;
+        const scopes = scope === undefined ? {} : { scopes: parseScopes(scope, options.tenant ?? null, '--scope') };
+        const { token, info } = await t.create({ ...rest, ...scopes });
         console.error(
-          `token ${info.id}${info.tenant === null ? ' (admin)' : ` for tenant ${info.tenant}`}: shown once, store it now`,
+          `token ${info.id}${info.tenant === null ? '' : ` for tenant ${info.tenant}`} (${formatScopes(info.scopes)}): shown once, store it now`,
         );
         console.log(token);
       }),
@@ -40,11 +49,12 @@ export function tokensCommand(program: Command): void {
         const list = await t.list();
         console.log(
           renderTable(
-            ['id', 'name', 'scope', 'starts with', 'created', 'last used', 'revoked'],
+            ['id', 'name', 'tenant', 'scopes', 'starts with', 'created', 'last used', 'revoked'],
             list.map((i) => [
               i.id,
               i.name || null,
-              i.tenant === null ? 'admin' : `tenant ${i.tenant}`,
+              i.tenant ?? 'every',
+              formatScopes(i.scopes),
               `${i.prefix}…`,
               day(i.createdAt),
               day(i.lastUsedAt),

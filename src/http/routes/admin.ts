@@ -2,7 +2,7 @@ import { activity, workers } from '../../client/inspect.js';
 import { parse } from '../../client/validate.js';
 import { VERSION } from '../../version.js';
 import type { Api } from '../api.js';
-import { sees } from '../auth.js';
+import { roleOf, sees } from '../auth.js';
 import { type Endpoint, endpoint } from '../endpoint.js';
 import { HttpError, inBody, notFound } from '../errors.js';
 import {
@@ -20,6 +20,8 @@ import {
   whoamiSchema,
   workerListSchema,
 } from '../schemas.js';
+import { formatScopes } from '../scopes.js';
+import { timeoutDoc } from './jobs.js';
 
 const invalidDoc = { description: 'a bad field, named in the error', schema: errorSchema };
 const tenantOf = (name: string | undefined) => parse(tenantParam, name, 'tenant');
@@ -44,11 +46,16 @@ export function adminEndpoints(api: Api): Endpoint[] {
       path: '/api/whoami',
       tag: 'server',
       access: 'token',
-      summary: 'What the token may do: admin, or one tenant',
+      summary: 'What the token may do: whose jobs (a tenant, or every one) and its scopes',
       responses: { 200: { description: 'the caller', schema: whoamiSchema } },
       async handle(c) {
         const p = c.get('principal');
-        return c.json({ role: p.role, tenant: p.role === 'tenant' ? p.tenant : null, auth: await api.auth.required() });
+        return c.json({
+          role: roleOf(p),
+          tenant: p.tenant,
+          scopes: formatScopes(p.scopes).split('+'),
+          auth: await api.auth.required(),
+        });
       },
     }),
     endpoint({
@@ -57,16 +64,16 @@ export function adminEndpoints(api: Api): Endpoint[] {
       tag: 'tenants',
       access: 'admin',
       summary: 'Every tenant with settings or unfinished jobs: slots, running, waiting',
-      responses: { 200: { description: 'the tenants', schema: tenantListSchema } },
+      responses: { 200: { description: 'the tenants', schema: tenantListSchema }, 503: timeoutDoc },
       async handle(c) {
-        return c.json({ tenants: await api.tusk.tenants.list() });
+        return c.json({ tenants: await (await api.pools.reader()).tenants.list() });
       },
     }),
     endpoint({
       method: 'get',
       path: '/api/tenants/:tenant',
       tag: 'tenants',
-      access: 'token',
+      access: 'read',
       summary: 'One tenant (a tenant token: its own)',
       responses: {
         200: { description: 'the tenant', schema: tenantSchema },
@@ -114,9 +121,9 @@ export function adminEndpoints(api: Api): Endpoint[] {
       tag: 'monitoring',
       access: 'admin',
       summary: 'Queues: jobs by state (finished ones over the last hour) and the oldest waiting job',
-      responses: { 200: { description: 'the queues', schema: queueListSchema } },
+      responses: { 200: { description: 'the queues', schema: queueListSchema }, 503: timeoutDoc },
       async handle(c) {
-        const { since, queues } = await api.tusk.stats();
+        const { since, queues } = await (await api.pools.reader()).stats();
         return c.json({ since, queues });
       },
     }),
@@ -126,9 +133,9 @@ export function adminEndpoints(api: Api): Endpoint[] {
       tag: 'monitoring',
       access: 'admin',
       summary: 'Registered workers: alive, last heartbeat, jobs in hand',
-      responses: { 200: { description: 'the workers', schema: workerListSchema } },
+      responses: { 200: { description: 'the workers', schema: workerListSchema }, 503: timeoutDoc },
       async handle(c) {
-        return c.json({ workers: await workers(await api.db(), api.schema) });
+        return c.json({ workers: await workers(await api.pools.reads(), api.schema) });
       },
     }),
     endpoint({
@@ -138,9 +145,10 @@ export function adminEndpoints(api: Api): Endpoint[] {
       access: 'admin',
       summary: 'Jobs by state per tenant, per queue and in total; oldest waiting job',
       query: statsQuery,
-      responses: { 200: { description: 'the counts', schema: statsSchema }, 400: invalidDoc },
+      responses: { 200: { description: 'the counts', schema: statsSchema }, 400: invalidDoc, 503: timeoutDoc },
       async handle(c, { query }) {
-        return c.json(await api.tusk.stats(query.windowMs === undefined ? {} : { windowMs: query.windowMs }));
+        const reader = await api.pools.reader();
+        return c.json(await reader.stats(query.windowMs === undefined ? {} : { windowMs: query.windowMs }));
       },
     }),
     endpoint({
@@ -150,7 +158,11 @@ export function adminEndpoints(api: Api): Endpoint[] {
       access: 'admin',
       summary: 'Jobs enqueued and finished per time bucket, with wait and run time percentiles',
       query: timeseriesQuery,
-      responses: { 200: { description: 'buckets, oldest first', schema: timeseriesSchema }, 400: invalidDoc },
+      responses: {
+        200: { description: 'buckets, oldest first', schema: timeseriesSchema },
+        400: invalidDoc,
+        503: timeoutDoc,
+      },
       async handle(c, { query }) {
         const minutes = query.minutes ?? 60;
         const bucketSeconds = query.bucketSeconds ?? 60;
@@ -162,7 +174,7 @@ export function adminEndpoints(api: Api): Endpoint[] {
             'query.bucketSeconds',
           );
         }
-        const buckets = await activity(await api.db(), api.schema, {
+        const buckets = await activity(await api.pools.reads(), api.schema, {
           windowSeconds: minutes * 60,
           bucketSeconds,
           tenant: query.tenant ?? null,
@@ -179,7 +191,7 @@ export function adminEndpoints(api: Api): Endpoint[] {
         method: 'get',
         path: '/metrics',
         tag: 'monitoring',
-        access: 'admin',
+        access: 'metrics',
         summary: 'Prometheus metrics, read from the database at each scrape (see the README for each metric)',
         responses: { 200: { description: 'Prometheus text format', contentType: metrics.contentType } },
         async handle(c) {

@@ -1,10 +1,12 @@
 import type { Context } from 'hono';
 import { jobPage } from '../../client/inspect.js';
-import { jobId } from '../../client/jobs.js';
+import { jobId, toJob } from '../../client/jobs.js';
 import { parse } from '../../client/validate.js';
+import type { PreparedQueryable } from '../../db/queryable.js';
+import { selectTenantJob } from '../../queries/tenantJob.js';
 import type { Job } from '../../types.js';
 import type { Api } from '../api.js';
-import { scopedTenant, sees } from '../auth.js';
+import { scopedTenant } from '../auth.js';
 import { type Endpoint, endpoint } from '../endpoint.js';
 import type { AppEnv } from '../env.js';
 import { HttpError, inBody, notFound } from '../errors.js';
@@ -24,11 +26,21 @@ import {
 
 const notFoundDoc = { description: 'no such job (or not this token’s tenant’s)', schema: errorSchema };
 const invalidDoc = { description: 'a bad field, named in the error', schema: errorSchema };
+export const timeoutDoc = { description: 'past the statement timeout of lists and searches', schema: errorSchema };
 
-/** The job of `:id` if the caller may see it, else 404 (whether it exists or not). */
-export async function visibleJob(api: Api, c: Context<AppEnv>): Promise<Job> {
-  const job = await api.tusk.getJob(jobId(c.req.param('id'), 'id'));
-  if (!job || !sees(c.get('principal'), job.tenant)) throw notFound('job');
+/**
+ * The job of `:id` if the caller may see it, else 404 (whether it exists or not). For a
+ * tenant token the tenant is part of the query (see selectTenantJob). `db`: the pool to
+ * ask, default the app's.
+ */
+export async function visibleJob(api: Api, c: Context<AppEnv>, db?: PreparedQueryable): Promise<Job> {
+  const id = jobId(c.req.param('id'), 'id');
+  const { tenant } = c.get('principal');
+  const job =
+    tenant === null
+      ? await api.tusk.getJob(id)
+      : await selectTenantJob(db ?? (await api.tusk.pool()), api.schema, id, tenant).then((r) => r && toJob(r));
+  if (!job) throw notFound('job');
   return job;
 }
 
@@ -38,11 +50,12 @@ export function jobEndpoints(api: Api): Endpoint[] {
       method: 'post',
       path: '/api/jobs',
       tag: 'jobs',
-      access: 'token',
+      access: 'enqueue',
       summary: 'Enqueue one job, or many with { jobs: [...] }',
       description:
         'Takes the options of enqueue; dates as ISO 8601 strings. A tenant token enqueues for its tenant (naming another is refused).',
       body: enqueueOneSchema.or(enqueueManySchema),
+      batchBody: true,
       parseBody: (value) =>
         typeof value === 'object' && value !== null && 'jobs' in value
           ? parse(enqueueManySchema, value, 'body')
@@ -72,12 +85,17 @@ export function jobEndpoints(api: Api): Endpoint[] {
       method: 'get',
       path: '/api/jobs',
       tag: 'jobs',
-      access: 'token',
+      access: 'read',
       summary: 'List jobs, newest first, with filters and keyset paging',
+      description: 'Runs under the statement timeout of lists and searches (503 past it), on connections of its own.',
       query: listJobsQuery,
-      responses: { 200: { description: 'a page of jobs', schema: jobListSchema }, 400: invalidDoc },
+      responses: {
+        200: { description: 'a page of jobs', schema: jobListSchema },
+        400: invalidDoc,
+        503: timeoutDoc,
+      },
       async handle(c, { query }) {
-        const page = await jobPage(await api.db(), api.schema, {
+        const page = await jobPage(await api.pools.reads(), api.schema, {
           state: query.state ?? null,
           tenant: scopedTenant(c.get('principal'), query.tenant, 'query.tenant') ?? null,
           queue: query.queue ?? null,
@@ -92,7 +110,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
       method: 'post',
       path: '/api/jobs/retry',
       tag: 'jobs',
-      access: 'token',
+      access: 'manage',
       summary: 'Run again every job in a state (default dead) matching the filter',
       body: retryAllBody,
       bodyOptional: true,
@@ -106,7 +124,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
       method: 'get',
       path: '/api/jobs/:id',
       tag: 'jobs',
-      access: 'token',
+      access: 'read',
       summary: 'A job in any state: status, timings, stats, result, errors',
       responses: { 200: { description: 'the job', schema: jobSchema }, 400: invalidDoc, 404: notFoundDoc },
       async handle(c) {
@@ -117,7 +135,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
       method: 'post',
       path: '/api/jobs/:id/cancel',
       tag: 'jobs',
-      access: 'token',
+      access: 'manage',
       summary: 'Cancel a job (a running one is asked to stop: its state stays running until it does)',
       responses: { 200: { description: 'its state after the call', schema: stateSchema }, 404: notFoundDoc },
       async handle(c) {
@@ -131,7 +149,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
       method: 'post',
       path: '/api/jobs/:id/retry',
       tag: 'jobs',
-      access: 'token',
+      access: 'manage',
       summary: 'Run a dead, cancelled, expired or failed job again now (attempts reset, errors kept)',
       responses: {
         200: { description: 'queued again', schema: stateSchema },

@@ -30,38 +30,42 @@ const leaseDocs = {
 /** The lease `{ id, attempt }` of `:id`; a tenant token must own the job (else 404). */
 async function lease(api: Api, c: Context<AppEnv>, attempt: number) {
   const id = jobId(c.req.param('id'), 'id');
-  if (c.get('principal').role !== 'admin') await visibleJob(api, c);
+  if (c.get('principal').tenant !== null) await visibleJob(api, c, await api.pools.leasePool());
   return { id, attempt };
 }
 
-/** Seed 002's queue API for workers in any language: fetch, ack, nack, extend. */
+/**
+ * Seed 002's queue API for workers in any language: fetch, ack, nack, extend. They run on
+ * the server's lease pool, so that lists and searches, however many, never hold them up.
+ */
 export function leaseEndpoints(api: Api): Endpoint[] {
   return [
     endpoint({
       method: 'post',
       path: '/api/fetch',
       tag: 'workers anywhere',
-      access: 'token',
+      access: 'lease',
       summary: 'Lease up to count jobs (GET); each stays running until acked, nacked or its lease runs out',
       body: fetchBody,
       bodyOptional: true,
       responses: { 200: { description: 'the leased jobs (maybe none)', schema: fetchedSchema }, 400: leaseDocs[400] },
       async handle(c, { body }) {
         const tenant = scopedTenant(c.get('principal'), body.tenant, 'body.tenant');
-        return c.json({ jobs: await api.tusk.fetch({ ...body, tenant }) });
+        return c.json({ jobs: await (await api.pools.leases()).fetch({ ...body, tenant }) });
       },
     }),
     endpoint({
       method: 'post',
       path: '/api/jobs/:id/ack',
       tag: 'workers anywhere',
-      access: 'token',
+      access: 'lease',
       summary: 'Complete a leased job with its result (ACK)',
       body: ackBody,
       responses: { 200: { description: 'completed', schema: okSchema }, ...leaseDocs },
       async handle(c, { body }) {
         const held = await lease(api, c, body.attempt);
-        await inBody(() => api.tusk.ack(held, body.result));
+        const leases = await api.pools.leases();
+        await inBody(() => leases.ack(held, body.result));
         return c.json({ ok: true });
       },
     }),
@@ -69,26 +73,28 @@ export function leaseEndpoints(api: Api): Endpoint[] {
       method: 'post',
       path: '/api/jobs/:id/nack',
       tag: 'workers anywhere',
-      access: 'token',
+      access: 'lease',
       summary: 'Give a leased job back after a failed attempt (NACK): retried after delayMs, or dead',
       body: nackBody,
       responses: { 200: { description: 'its state now', schema: stateSchema }, ...leaseDocs },
       async handle(c, { body }) {
         const { attempt, ...options } = body;
         const held = await lease(api, c, attempt);
-        return c.json({ state: await inBody(() => api.tusk.nack(held, options)) });
+        const leases = await api.pools.leases();
+        return c.json({ state: await inBody(() => leases.nack(held, options)) });
       },
     }),
     endpoint({
       method: 'post',
       path: '/api/jobs/:id/extend',
       tag: 'workers anywhere',
-      access: 'token',
+      access: 'lease',
       summary: 'Keep a leased job for leaseMs more from now (WORKING)',
       body: extendBody,
       responses: { 200: { description: 'the new end of the lease', schema: leaseUntilSchema }, ...leaseDocs },
       async handle(c, { body }) {
-        return c.json({ leaseUntil: await api.tusk.extendLease(await lease(api, c, body.attempt), body.leaseMs) });
+        const held = await lease(api, c, body.attempt);
+        return c.json({ leaseUntil: await (await api.pools.leases()).extendLease(held, body.leaseMs) });
       },
     }),
   ];
