@@ -94,6 +94,22 @@ describe('tusk serve and tusk tokens', () => {
     expect(metrics).toMatch(/tusk_jobs_claimed_total\{queue="default",tenant="acme"\} 1/);
     expect((await get(`${url}/metrics`, acme)).status).toBe(403);
 
+    // scopes: a token that may enqueue and read, not lease
+    const producer = await tusk(env(), 'tokens', 'create', '--tenant', 'acme', '--scope', 'enqueue+read');
+    expect(producer.stderr).toMatch(/for tenant acme \(enqueue\+read\): shown once/);
+    const leaseWith = (token: string) =>
+      fetch(`${url}/api/fetch`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      });
+    expect((await leaseWith(producer.stdout.trim())).status).toBe(403);
+    expect((await leaseWith(acme)).status).toBe(200);
+    expect((await get(`${url}/api/jobs/${id}`, producer.stdout.trim())).status).toBe(200);
+    const bad = await tusk(env(), 'tokens', 'create', '--tenant', 'acme', '--scope', 'admin');
+    expect(bad.code).toBe(1);
+    expect(bad.stderr).toMatch(/--scope: admin reaches every tenant/);
+    expect((await tusk(env(), 'tokens', 'list')).stdout).toMatch(/3\s+-\s+acme\s+enqueue\+read\s+tusk_/);
+
     const revoked = await tusk(env(), 'tokens', 'revoke', '1');
     expect(revoked.stdout).toMatch(/token 1 revoked/);
     expect((await get(`${url}/api/jobs/${id}`, acme)).status).toBe(401);

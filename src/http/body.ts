@@ -11,6 +11,8 @@ const utf8 = new TextDecoder('utf-8', { fatal: true });
 /** The start of an enqueue-many body (after a byte order mark, in the first bytes). */
 const BATCH = /^(?:\xef\xbb\xbf)?\s*\{\s*"jobs"\s*:/;
 const START_BYTES = 64;
+/** Most bytes of a refused body read and dropped. */
+const DISCARD_BYTES = 64 * 1024 * 1024;
 
 /**
  * A request body as text, refused (413) as soon as it is known to be over its limit:
@@ -37,26 +39,40 @@ export async function readText(request: Request, limits: BodyLimits): Promise<st
   /** Whether the body is enqueue many: known once it passes the single limit. */
   let many: boolean | null = null;
   const reader = request.body?.getReader();
-  try {
-    while (reader) {
-      const next = await reader.read().catch((error: Error) => {
-        throw new HttpError(400, 'aborted', `body: the upload was cut off (${error.message})`, 'body');
-      });
-      if (next.done) break;
-      chunks.push(next.value);
-      size += next.value.byteLength;
-      if (size > single) {
-        many ??= BATCH.test(Buffer.concat(chunks).subarray(0, START_BYTES).toString('latin1'));
-        if (!many || size > batch) throw tooLarge();
+  while (reader) {
+    const next = await reader.read().catch((error: Error) => {
+      throw new HttpError(400, 'aborted', `body: the upload was cut off (${error.message})`, 'body');
+    });
+    if (next.done) break;
+    chunks.push(next.value);
+    size += next.value.byteLength;
+    if (size > single) {
+      many ??= BATCH.test(Buffer.concat(chunks).subarray(0, START_BYTES).toString('latin1'));
+      if (!many || size > batch) {
+        discard(reader);
+        throw tooLarge();
       }
     }
-  } catch (error) {
-    await reader?.cancel().catch(() => {});
-    throw error;
   }
   try {
     return utf8.decode(Buffer.concat(chunks, size));
   } catch {
     throw new HttpError(400, 'invalid', 'body: not valid UTF-8', 'body');
   }
+}
+
+/**
+ * Reads and drops the rest of a refused body. Closing the connection with bytes unread
+ * would make the kernel reset it, and the client could lose the 413 with it; the server
+ * closes it soon after the answer anyway (a body that never ends is not read for long).
+ */
+function discard(reader: ReadableStreamDefaultReader<Uint8Array>): void {
+  void (async () => {
+    for (let left = DISCARD_BYTES; left > 0; ) {
+      const next = await reader.read();
+      if (next.done) return;
+      left -= next.value.byteLength;
+    }
+    await reader.cancel();
+  })().catch(() => {});
 }

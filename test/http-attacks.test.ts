@@ -1,0 +1,709 @@
+// The HTTP server against a hostile tenant and a careless operator: each attack as it was
+// made, and what the server does now. Tokens for tenants alpha and bravo, and an admin.
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import http from 'node:http';
+import { Hono } from 'hono';
+import { chromium } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ApiTokens } from '../src/http/tokens.js';
+import { type Listening, type Logger, TuskError, type TuskServer } from '../src/index.js';
+import { selectTenantJob } from '../src/queries/tenantJob.js';
+import { eventually, sleep, useTestDb } from './helpers.js';
+
+const ADMIN = `attack-admin-${randomBytes(16).toString('hex')}`;
+const MiB = 1024 * 1024;
+
+/** The main schema: an admin token, tokens for alpha and bravo. */
+const db = useTestDb(import.meta.url);
+/** A schema where no token is ever made: servers without auth. */
+const bare = useTestDb(`${import.meta.url}-bare`);
+/** A schema with one token, revoked in the test. */
+const lone = useTestDb(`${import.meta.url}-lone`);
+
+interface Line {
+  level: 'debug' | 'info' | 'warn' | 'error';
+  msg: string;
+}
+
+/** A logger that keeps what it is told. */
+function recorder(): { log: Logger; lines: Line[] } {
+  const lines: Line[] = [];
+  const at = (level: Line['level']) => (_obj: object, msg?: string) => lines.push({ level, msg: msg ?? '' });
+  return { log: { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') }, lines };
+}
+
+interface Reply {
+  status: number;
+  body: string;
+  headers: http.IncomingHttpHeaders;
+  /** The error code of a JSON error body. */
+  code: string | undefined;
+}
+
+/** One request, with the headers given as they are (Host and Origin included). */
+function request(
+  url: string,
+  path: string,
+  options: { method?: string; headers?: Record<string, string>; body?: string } = {},
+): Promise<Reply> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: hostname, port, path, method: options.method ?? 'GET', headers: options.headers });
+    req.on('response', (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => {
+        body += d;
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body, headers: res.headers, code: errorCode(body) }));
+    });
+    req.on('error', reject);
+    req.end(options.body);
+  });
+}
+
+function errorCode(body: string): string | undefined {
+  try {
+    return (JSON.parse(body) as { error?: { code?: string } }).error?.code;
+  } catch {
+    return undefined;
+  }
+}
+
+const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
+const json = { 'content-type': 'application/json' };
+
+let server: TuskServer;
+let listening: Listening;
+let alpha: string;
+let bravo: string;
+const main = recorder();
+
+beforeAll(async () => {
+  server = await db.another({ logger: main.log }).server({ adminToken: ADMIN, metrics: { lagMs: 0 } });
+  listening = await server.listen({ port: 0 });
+  alpha = (await server.tokens.create({ tenant: 'alpha' })).token;
+  bravo = (await server.tokens.create({ tenant: 'bravo' })).token;
+});
+afterAll(() => listening?.close());
+
+describe('1. revoking the last token does not open the server', () => {
+  it('off loopback with its only token revoked, every request is refused, never admin, and the log says so at error level', async () => {
+    const rec = recorder();
+    // the token is made and revoked by another process (tusk tokens create / revoke)
+    const cli = new ApiTokens(() => lone.tusk.pool(), lone.schema);
+    const { token, info } = await cli.create({ name: 'the only one' });
+    const open = await lone.another({ logger: rec.log }).server({ dashboard: false, metrics: false });
+    const served = await open.listen({ host: '0.0.0.0', port: 0 });
+    const url = `http://127.0.0.1:${served.port}`;
+    try {
+      const before = await request(url, '/api/whoami', { headers: bearer(token) });
+      expect(JSON.parse(before.body)).toMatchObject({ role: 'admin', auth: true });
+
+      expect(await cli.revoke(info.id)).toBe(true);
+      // the server reads the live tokens again within 2 s: then it says none is live
+      const refused = await eventually(async () => {
+        const r = await request(url, '/api/whoami');
+        expect(r.status, r.body).not.toBe(200);
+        return r.code === 'no_token' ? r : null;
+      });
+      expect(refused?.status).toBe(503);
+      expect(JSON.parse(refused?.body ?? '{}').error.message).toMatch(/none is live.*tusk tokens create/);
+      for (const headers of [{}, bearer(token), bearer(ADMIN)]) {
+        for (const path of ['/api/whoami', '/api/jobs', '/api/tenants']) {
+          const r = await request(url, path, { headers });
+          expect([r.status, r.code], path).toEqual([503, 'no_token']);
+        }
+      }
+      const errors = rec.lines.filter((l) => l.level === 'error');
+      expect(errors.length).toBeGreaterThanOrEqual(1);
+      expect(errors[0]?.msg).toMatch(/no API token is live.*every request is refused/);
+
+      // a token created then is asked for and works: the server stays with tokens
+      const fresh = await cli.create({ name: 'new one' });
+      expect((await request(url, '/api/whoami', { headers: bearer(fresh.token) })).status).toBe(200);
+      expect((await request(url, '/api/whoami')).status).toBe(401);
+      await cli.revoke(fresh.info.id);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it('a server made with no token at all will not listen off loopback', async () => {
+    const none = await bare.tusk.server({ dashboard: false, metrics: false });
+    await expect(none.listen({ host: '0.0.0.0', port: 0 })).rejects.toThrow(
+      /refusing to listen on 0\.0\.0\.0 without a token/,
+    );
+  });
+});
+
+describe('2. one request cannot freeze the server', () => {
+  /** `[{},{},...]`, `bytes` long. */
+  const objects = (bytes: number) => `[${'{},'.repeat(Math.floor(bytes / 3) - 1)}{}]`.slice(0, bytes);
+
+  it('32 MiB of [{},{},…] streamed: /api/health answers while it is in flight, then it is refused (413) unparsed', async () => {
+    const { hostname, port } = new URL(listening.url);
+    const events: string[] = [];
+    const upload = http.request({
+      host: hostname,
+      port,
+      method: 'POST',
+      path: '/api/jobs',
+      headers: { ...bearer(alpha), ...json, 'transfer-encoding': 'chunked' },
+    });
+    upload.on('error', () => {}); // the server may close the connection once it has answered
+    const answered = new Promise<Reply>((resolve) => {
+      upload.on('response', (res) => {
+        events.push('upload answered');
+        let body = '';
+        res.on('data', (d) => {
+          body += d;
+        });
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, body, headers: res.headers, code: errorCode(body) }),
+        );
+        res.on('error', () => resolve({ status: res.statusCode ?? 0, body, headers: res.headers, code: undefined }));
+      });
+    });
+    const body = Buffer.from(objects(32 * MiB));
+    const write = (chunk: Buffer) =>
+      new Promise<void>((resolve) => {
+        if (upload.destroyed || !upload.write(chunk)) upload.once('drain', resolve).once('close', resolve);
+        else resolve();
+      });
+
+    // the first MiB, under the limit: the server waits for more
+    await write(body.subarray(0, MiB));
+    const health = await fetch(`${listening.url}/api/health`);
+    events.push('health answered');
+    expect(health.status).toBe(200);
+    expect(events).toEqual(['health answered']);
+
+    // the rest, as long as the server reads it
+    for (let at = MiB; at < body.length && events.length === 1 && !upload.destroyed; at += MiB) {
+      await write(body.subarray(at, at + MiB));
+    }
+    upload.end();
+    const refused = await answered;
+    expect(events).toEqual(['health answered', 'upload answered']);
+    expect(refused.status).toBe(413);
+    expect(JSON.parse(refused.body).error).toMatchObject({ code: 'too_large', field: 'body' });
+    expect(JSON.parse(refused.body).error.message).toMatch(/over the limit of 2162688 bytes/);
+    expect((await fetch(`${listening.url}/api/health`)).status).toBe(200);
+  });
+
+  it('a Content-Length over the limit is refused before a byte of the body is sent', async () => {
+    const { hostname, port } = new URL(listening.url);
+    const upload = http.request({
+      host: hostname,
+      port,
+      method: 'POST',
+      path: '/api/jobs',
+      headers: { ...bearer(alpha), ...json, 'content-length': String(32 * MiB) },
+    });
+    upload.on('error', () => {});
+    upload.flushHeaders();
+    const status = await Promise.race([
+      new Promise<number>((resolve) => upload.on('response', (res) => resolve(res.statusCode ?? 0))),
+      sleep(10_000).then(() => 'no answer while the body was held back'),
+    ]);
+    upload.destroy();
+    expect(status).toBe(413);
+  });
+
+  it('enqueue many has its own, larger limit; any other body over the single limit is refused unparsed', async () => {
+    // 2.5 MiB: over the limit of one job (2 MiB + 64 KiB), under that of many (4 MiB)
+    const jobs = Array.from({ length: 25 }, (_, i) => ({ task: 'bulk', payload: { i, pad: 'x'.repeat(110_000) } }));
+    const many = JSON.stringify({ jobs });
+    expect(many.length).toBeGreaterThan(2.5 * MiB);
+    const accepted = await fetch(`${listening.url}/api/jobs`, {
+      method: 'POST',
+      headers: { ...bearer(alpha), ...json },
+      body: many,
+    });
+    expect(accepted.status).toBe(201);
+    expect(((await accepted.json()) as { ids: string[] }).ids.length).toBe(25);
+
+    for (const [path, raw] of [
+      ['/api/jobs', JSON.stringify({ task: 'one', payload: jobs })],
+      ['/api/jobs', objects(2.5 * MiB)],
+      ['/api/jobs/1/ack', JSON.stringify({ attempt: 1, result: jobs })],
+    ] as const) {
+      const r = await request(listening.url, path, {
+        method: 'POST',
+        headers: { ...bearer(ADMIN), ...json },
+        body: raw,
+      });
+      expect([r.status, r.code], path).toEqual([413, 'too_large']);
+    }
+    const tooMany = `{"jobs":${objects(5 * MiB)}}`;
+    const r = await request(listening.url, '/api/jobs', {
+      method: 'POST',
+      headers: { ...bearer(ADMIN), ...json },
+      body: tooMany,
+    });
+    expect([r.status, r.code]).toEqual([413, 'too_large']);
+    expect(JSON.parse(r.body).error.message).toMatch(/4194304 for enqueue many/);
+  });
+});
+
+describe('3. a server without auth cannot be driven by another site', () => {
+  let local: Listening;
+  const victim = () => bare.rows<{ n: number }>(`SELECT count(*)::int AS n FROM $schema.jobs`);
+  beforeAll(async () => {
+    local = await (await bare.tusk.server({ metrics: false })).listen({ port: 0 });
+  });
+  afterAll(() => local?.close());
+
+  it('writes without Content-Type: application/json are refused (415): forms, text/plain, nothing', async () => {
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', '']) {
+      for (const path of ['/api/jobs', '/api/tenants/victim/pause', '/api/jobs/retry']) {
+        const r = await request(local.url, path, {
+          method: 'POST',
+          headers: type ? { 'content-type': type } : {},
+          body: '{"task":"planted"}',
+        });
+        expect([r.status, r.code], `${type} ${path}`).toEqual([415, 'unsupported_media_type']);
+      }
+    }
+    expect(await victim()).toEqual([{ n: 0 }]);
+    expect(await bare.rows(`SELECT tenant FROM $schema.tenants WHERE paused`)).toEqual([]);
+    const ok = await request(local.url, '/api/jobs', { method: 'POST', headers: json, body: '{"task":"mine"}' });
+    expect(ok.status).toBe(201);
+    await bare.pool.query(`DELETE FROM "${bare.schema}".jobs`);
+  });
+
+  it('a Host that is not a loopback name (DNS rebinding) and an Origin of another site are refused (403)', async () => {
+    for (const host of [
+      'attacker.example',
+      `attacker.example:${local.port}`,
+      '10.0.0.5',
+      'localhost.attacker.example',
+    ]) {
+      for (const path of ['/api/whoami', '/', '/api/jobs?state=dead', '/metrics', '/nothing']) {
+        const r = await request(local.url, path, { headers: { host } });
+        expect([r.status, r.code], `${host} ${path}`).toEqual([403, 'forbidden_host']);
+      }
+    }
+    for (const origin of ['http://attacker.example', 'https://127.0.0.1.attacker.example', 'null']) {
+      const r = await request(local.url, '/api/jobs', {
+        method: 'POST',
+        headers: { ...json, origin },
+        body: '{"task":"planted"}',
+      });
+      expect([r.status, r.code], origin).toEqual([403, 'forbidden_origin']);
+    }
+    expect(await victim()).toEqual([{ n: 0 }]);
+    for (const host of ['localhost', `127.0.0.1:${local.port}`, `[::1]:${local.port}`, 'tusk.localhost']) {
+      const r = await request(local.url, '/api/whoami', {
+        headers: { host, origin: `http://localhost:${local.port}` },
+      });
+      expect(r.status, host).toBe(200);
+    }
+  });
+
+  it('in Chromium, a page of another site plants nothing, pauses nothing, retries nothing', async () => {
+    const executablePath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+    if (!existsSync(executablePath)) throw new Error(`no Chromium at ${executablePath}: set CHROMIUM_PATH`);
+    await bare.tusk.tenants.set('victim', { slots: 1 });
+    const { id: dead } = await bare.tusk.enqueue('doomed', null, { tenant: 'victim', maxAttempts: 1 });
+    const [leased] = await bare.tusk.fetch({ tenant: 'victim' });
+    if (!leased) throw new Error('nothing leased');
+    await bare.tusk.nack(leased);
+    const target = `http://127.0.0.1:${local.port}`;
+    // another site's page, served from here under the name attacker.example
+    const site = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>a page</title>');
+    });
+    await new Promise<void>((resolve) => site.listen(0, '127.0.0.1', resolve));
+    const sitePort = (site.address() as { port: number }).port;
+    const browser = await chromium.launch({
+      executablePath,
+      args: ['--no-sandbox', '--host-resolver-rules=MAP attacker.example 127.0.0.1'],
+    });
+    try {
+      const page = await browser.newPage();
+      await page.goto(`http://attacker.example:${sitePort}/`);
+      const outcomes = await page.evaluate(async (target) => {
+        const send = (path: string, init: RequestInit) =>
+          fetch(`${target}${path}`, init).then(
+            () => 'sent',
+            () => 'blocked',
+          );
+        return {
+          plant: await send('/api/jobs', { method: 'POST', mode: 'no-cors', body: '{"task":"planted"}' }),
+          pause: await send('/api/tenants/victim/pause', { method: 'POST', mode: 'no-cors' }),
+          retry: await send('/api/jobs/retry', { method: 'POST', mode: 'no-cors', body: '{}' }),
+          json: await send('/api/jobs', {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: '{"task":"planted"}',
+          }),
+        };
+      }, target);
+      // the requests reached the server (else this test would prove nothing)
+      expect(outcomes).toMatchObject({ plant: 'sent', pause: 'sent', retry: 'sent' });
+
+      // DNS rebinding: the attacker's name, now pointing here, loads the server itself
+      const rebound = await page.goto(`http://attacker.example:${local.port}/api/whoami`);
+      expect(rebound?.status()).toBe(403);
+      expect((await page.goto(`http://attacker.example:${local.port}/`))?.status()).toBe(403);
+    } finally {
+      await browser.close();
+      await new Promise((resolve) => site.close(resolve));
+    }
+    expect(await bare.rows(`SELECT id FROM $schema.jobs WHERE task = 'planted'`)).toEqual([]);
+    expect((await bare.tusk.tenants.get('victim')).paused).toBe(false);
+    expect((await bare.tusk.getJob(dead))?.state).toBe('dead');
+  });
+});
+
+describe('4. a mounted app is never silently open', () => {
+  it('with no auth configured, server().app refuses to be built, naming the option', async () => {
+    const none = await bare.tusk.server({ adminToken: process.env.TUSK_TEST_UNSET_VARIABLE });
+    expect(() => none.app).toThrow(TuskError);
+    expect(() => none.app).toThrow(/no auth is configured.*auth: 'none'/);
+    // the tokens are still there to make one
+    expect(await none.tokens.list()).toEqual([]);
+  });
+
+  it("auth: 'none' must be said, and answers loopback Host names only", async () => {
+    const open = await bare.tusk.server({ auth: 'none', dashboard: false, metrics: false });
+    const app = new Hono().route('/tusk', open.app);
+    const publicly = await app.request('http://tusk.example.com/tusk/api/whoami');
+    expect(publicly.status).toBe(403);
+    const locally = await app.request('http://localhost/tusk/api/whoami');
+    expect(await locally.json()).toEqual({ role: 'admin', tenant: null, scopes: ['admin'], auth: false });
+    await expect(open.listen({ host: '0.0.0.0', port: 0 })).rejects.toThrow(/auth: 'none'/);
+    await expect(bare.tusk.server({ auth: 'none', adminToken: ADMIN })).rejects.toThrow(/say which/);
+  });
+
+  it("auth: 'token' with no token yet refuses every request (503) until one is made", async () => {
+    const strict = await bare.tusk.server({ auth: 'token', dashboard: false, metrics: false });
+    const app = new Hono().route('/tusk', strict.app);
+    const r = await app.request('http://tusk.example.com/tusk/api/whoami');
+    expect(r.status).toBe(503);
+    expect(((await r.json()) as { error: { code: string } }).error.code).toBe('no_token');
+  });
+
+  it('an admin token under 32 characters is refused off loopback and when mounted', async () => {
+    const weak = await bare.tusk.server({ adminToken: 'a', dashboard: false, metrics: false });
+    await expect(weak.listen({ host: '0.0.0.0', port: 0 })).rejects.toThrow(/is 1 characters.*at least 32/);
+    expect(() => weak.app).toThrow(/in a mounted app it must be at least 32/);
+    const onLoopback = await weak.listen({ port: 0 });
+    expect((await request(onLoopback.url, '/api/whoami', { headers: bearer('a') })).status).toBe(200);
+    await onLoopback.close();
+  });
+});
+
+describe('5. tenants cannot choose how large /metrics grows', () => {
+  it('10 000 queue names of one tenant: at most 500 label sets a metric, the rest under _other, dropped when stale', async () => {
+    const watched = await db.another().server({
+      adminToken: ADMIN,
+      dashboard: false,
+      metrics: { lagMs: 0, staleAfterMs: 1_000 },
+    });
+    const app = watched.app;
+    const scrape = async () => {
+      const r = await app.request('/metrics', { headers: bearer(ADMIN) });
+      expect(r.status).toBe(200);
+      return r.text();
+    };
+    const series = (text: string, metric: string) =>
+      text.split('\n').filter((l) => l.startsWith(`${metric}{`) || l.startsWith(`${metric} `));
+    const baseline = (await scrape()).split('\n').length;
+
+    const jobs = Array.from({ length: 10_000 }, (_, i) => ({ task: 'flood', queue: `flood-${i}` }));
+    const flood = await app.request('/api/jobs', {
+      method: 'POST',
+      headers: { ...bearer(alpha), ...json },
+      body: JSON.stringify({ jobs }),
+    });
+    expect(flood.status).toBe(201);
+
+    const text = await scrape();
+    const labelSets = (metric: string) =>
+      new Set(series(text, metric).map((l) => l.replace(/,?state="\w+"/, '').replace(/ \S+$/, ''))).size;
+    const metrics = [
+      'tusk_jobs',
+      'tusk_oldest_waiting_seconds',
+      'tusk_jobs_claimed_total',
+      'tusk_jobs_failed_total',
+      'tusk_jobs_finished_total',
+    ];
+    for (const metric of metrics) expect(labelSets(metric), metric).toBeLessThanOrEqual(501);
+    // a (queue, tenant) pair has 11 series: 4 states, the oldest wait, 2 counters, 4 final states
+    expect(text.split('\n').length).toBeLessThanOrEqual(baseline + 11 * 501);
+    // nothing is lost: the jobs over the cap are counted under _other
+    const available = series(text, 'tusk_jobs')
+      .filter((l) => l.includes('state="available"'))
+      .reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+    const [{ n } = { n: -1 }] = await db.rows<{ n: number }>(
+      `SELECT count(*)::int AS n FROM $schema.jobs WHERE state = 'available'`,
+    );
+    expect(available).toBe(n);
+    const other = series(text, 'tusk_jobs').find((l) =>
+      l.startsWith('tusk_jobs{queue="_other",tenant="_other",state="available"}'),
+    );
+    expect(Number(other?.split(' ')[1])).toBeGreaterThanOrEqual(10_000 - 500);
+
+    // the jobs gone, their series go after staleAfterMs
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE task = 'flood'`);
+    await eventually(async () => !/flood-|_other/.test(await scrape()), 20_000, 250);
+    expect((await scrape()).split('\n').length).toBeLessThanOrEqual(baseline);
+    await watched.close();
+  });
+});
+
+describe("6. one tenant's heavy reads do not slow the others", () => {
+  it('a token over its request rate gets 429 with Retry-After; other tokens are served', async () => {
+    const limited = await db.tusk.server({
+      adminToken: ADMIN,
+      dashboard: false,
+      metrics: false,
+      rateLimit: { perSecond: 0.01, burst: 5 },
+    });
+    const app = limited.app;
+    const replies: Response[] = [];
+    for (let i = 0; i < 8; i++) replies.push(await app.request('/api/jobs?task=nope', { headers: bearer(alpha) }));
+    expect(replies.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 429, 429, 429]);
+    const last = replies[7] as Response;
+    expect(Number(last.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(((await last.json()) as { error: { code: string } }).error.code).toBe('rate_limited');
+    expect((await app.request('/api/jobs?task=nope', { headers: bearer(bravo) })).status).toBe(200);
+    expect((await app.request('/api/health')).status).toBe(200);
+    await limited.close();
+  });
+
+  it("a tenant's pile of slow lists waits on connections of its own: another tenant's fetch goes on", async () => {
+    const fair = await db.tusk.server({
+      adminToken: ADMIN,
+      dashboard: false,
+      metrics: false,
+      readTimeoutMs: 60_000,
+      connections: { reads: 2, leases: 2 },
+    });
+    const served = await fair.listen({ port: 0 });
+    await db.tusk.enqueue('bravo-work', null, { tenant: 'bravo', queue: 'fair' });
+    // the lists read the history; this holds it as a long scan would
+    const locker = await db.pool.connect();
+    const order: string[] = [];
+    try {
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE "${db.schema}".job_history IN ACCESS EXCLUSIVE MODE`);
+      const lists = Array.from({ length: 12 }, () =>
+        request(served.url, '/api/jobs?task=nope', { headers: bearer(alpha) }).then((r) => {
+          order.push('list');
+          return r.status;
+        }),
+      );
+      await eventually(async () => {
+        const [{ n } = { n: -1 }] = await db.rows<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'tusk http reads' AND wait_event_type = 'Lock'`,
+        );
+        return n === 2;
+      });
+      const fetched = await request(served.url, '/api/fetch', {
+        method: 'POST',
+        headers: { ...bearer(bravo), ...json },
+        body: '{"queue":"fair"}',
+      });
+      order.push('fetch');
+      expect(fetched.status, fetched.body).toBe(200);
+      expect(JSON.parse(fetched.body).jobs.length).toBe(1);
+      const enqueued = await request(served.url, '/api/jobs', {
+        method: 'POST',
+        headers: { ...bearer(bravo), ...json },
+        body: '{"task":"more","queue":"fair"}',
+      });
+      order.push('enqueue');
+      expect(enqueued.status).toBe(201);
+      expect(order).toEqual(['fetch', 'enqueue']);
+      await locker.query('COMMIT');
+      expect(await Promise.all(lists)).toEqual(Array(12).fill(200));
+    } finally {
+      await locker.query('ROLLBACK').catch(() => {});
+      locker.release();
+      await served.close();
+    }
+  });
+
+  it('lists and searches end at the statement timeout (503), answered and logged at warn', async () => {
+    const rec = recorder();
+    const hasty = await db.another({ logger: rec.log }).server({
+      adminToken: ADMIN,
+      dashboard: false,
+      metrics: false,
+      readTimeoutMs: 200,
+    });
+    const locker = await db.pool.connect();
+    try {
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE "${db.schema}".job_history IN ACCESS EXCLUSIVE MODE`);
+      for (const [path, token] of [
+        ['/api/jobs?task=nope', alpha],
+        ['/api/stats', ADMIN],
+      ] as const) {
+        const r = await hasty.app.request(path, { headers: bearer(token) });
+        expect(r.status, path).toBe(503);
+        expect(((await r.json()) as { error: { code: string } }).error.code).toBe('timeout');
+      }
+    } finally {
+      await locker.query('ROLLBACK');
+      locker.release();
+      await hasty.close();
+    }
+    expect(rec.lines.filter((l) => l.level === 'error')).toEqual([]);
+    expect(rec.lines.filter((l) => l.level === 'warn').length).toBe(2);
+  });
+
+  it('a flood of made-up tokens costs the database one query, not one each', async () => {
+    const guarded = await db.another().server({ adminToken: ADMIN, dashboard: false, metrics: false });
+    const app = guarded.app;
+    // another process makes a token: it works at once
+    const { token } = await new ApiTokens(() => db.tusk.pool(), db.schema).create({ tenant: 'charlie' });
+    expect((await app.request('/api/whoami', { headers: bearer(token) })).status).toBe(200);
+
+    const locker = await db.pool.connect();
+    try {
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE "${db.schema}".api_tokens IN ACCESS EXCLUSIVE MODE`);
+      const made = Array.from({ length: 50 }, () => `tusk_${randomBytes(32).toString('base64url')}`);
+      const replies = made.map(async (t) => (await app.request('/api/jobs', { headers: bearer(t) })).status);
+      const waiting = async () =>
+        (
+          await db.rows<{ n: number }>(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%api_tokens%' AND pid <> pg_backend_pid()`,
+          )
+        )[0]?.n;
+      await eventually(async () => (await waiting()) === 1);
+      await sleep(300); // time for any other lookup to start and queue up behind the lock
+      expect(await waiting()).toBe(1);
+      await locker.query('COMMIT');
+      expect(await Promise.all(replies)).toEqual(Array(50).fill(401));
+    } finally {
+      await locker.query('ROLLBACK').catch(() => {});
+      locker.release();
+      await guarded.close();
+    }
+  });
+});
+
+describe('8. scopes, tenant checks, cursors, aborted uploads, caching', () => {
+  it('token scopes on top of the tenant: enqueue+read cannot lease, lease cannot enqueue or read', async () => {
+    const producer = (await server.tokens.create({ tenant: 'alpha', scopes: 'enqueue+read' })).token;
+    const worker = (await server.tokens.create({ tenant: 'alpha', scopes: ['lease'] })).token;
+    const scraper = (await server.tokens.create({ scopes: 'metrics' })).token;
+    const call = (token: string, method: string, path: string, body?: unknown) =>
+      request(listening.url, path, {
+        method,
+        headers: { ...bearer(token), ...(method === 'GET' ? {} : json) },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
+
+    const posted = await call(producer, 'POST', '/api/jobs', { task: 'scoped', queue: 'scoped' });
+    expect(posted.status).toBe(201);
+    const { id } = JSON.parse(posted.body) as { id: string };
+    expect((await call(producer, 'GET', `/api/jobs/${id}`)).status).toBe(200);
+    for (const [method, path, body] of [
+      ['POST', '/api/fetch', { queue: 'scoped' }],
+      ['POST', `/api/jobs/${id}/ack`, { attempt: 1 }],
+      ['POST', `/api/jobs/${id}/cancel`, undefined],
+      ['POST', '/api/jobs/retry', {}],
+      ['GET', '/api/tenants', undefined],
+    ] as const) {
+      const r = await call(producer, method, path, body);
+      expect([r.status, r.code], path).toEqual([403, 'forbidden']);
+    }
+    expect(JSON.parse((await call(producer, 'POST', '/api/fetch', {})).body).error.message).toMatch(
+      /the scope lease \(this one has enqueue\+read\)/,
+    );
+
+    const leased = await call(worker, 'POST', '/api/fetch', { queue: 'scoped' });
+    expect(JSON.parse(leased.body).jobs.map((j: { id: string }) => j.id)).toEqual([id]);
+    expect((await call(worker, 'POST', `/api/jobs/${id}/ack`, { attempt: 1, result: 1 })).status).toBe(200);
+    for (const [method, path] of [
+      ['POST', '/api/jobs'],
+      ['GET', `/api/jobs/${id}`],
+      ['GET', '/api/jobs'],
+    ] as const) {
+      const r = await call(worker, method, path, method === 'POST' ? { task: 'x' } : undefined);
+      expect([r.status, r.code], path).toEqual([403, 'forbidden']);
+    }
+
+    expect((await call(scraper, 'GET', '/metrics')).status).toBe(200);
+    expect((await call(scraper, 'GET', '/api/stats')).status).toBe(403);
+    expect(JSON.parse((await call(scraper, 'GET', '/api/whoami')).body)).toEqual({
+      role: 'scoped',
+      tenant: null,
+      scopes: ['metrics'],
+      auth: true,
+    });
+    await expect(server.tokens.create({ tenant: 'alpha', scopes: 'admin' })).rejects.toThrow(
+      /options\.scopes: admin reaches every tenant/,
+    );
+    await expect(server.tokens.create({ scopes: 'enqueue+root' })).rejects.toThrow(/"root" is not a scope/);
+    // the table refuses them too, whoever writes to it
+    await expect(
+      db.pool.query(
+        `INSERT INTO "${db.schema}".api_tokens (tenant, scopes, token_hash, prefix) VALUES ('alpha', '{admin}', '\\x00', 'x')`,
+      ),
+    ).rejects.toThrow(/api_tokens_scopes_of_tenant/);
+  });
+
+  it("another tenant's job is filtered out by the query itself: the same 404 as a missing id", async () => {
+    const { id } = await db.tusk.enqueue('secret', { big: 'x'.repeat(100_000) }, { tenant: 'bravo' });
+    expect(await selectTenantJob(db.pool, db.schema, id, 'alpha')).toBeNull();
+    expect((await selectTenantJob(db.pool, db.schema, id, 'bravo'))?.id).toBe(id);
+    const hidden = await request(listening.url, `/api/jobs/${id}`, { headers: bearer(alpha) });
+    const missing = await request(listening.url, '/api/jobs/999999999', { headers: bearer(alpha) });
+    expect([hidden.status, hidden.body]).toEqual([missing.status, missing.body]);
+    expect(hidden.status).toBe(404);
+  });
+
+  it('a cursor of digits past a bigint is a 400 naming it, not a 500 with a stack in the log', async () => {
+    const before = main.lines.length;
+    for (const cursor of ['9999999999999999999', '9223372036854775808']) {
+      const r = await request(listening.url, `/api/jobs?cursor=${cursor}`, { headers: bearer(alpha) });
+      expect(r.status).toBe(400);
+      expect(JSON.parse(r.body).error).toMatchObject({ field: 'query.cursor' });
+    }
+    const top = await request(listening.url, '/api/jobs?cursor=9223372036854775807', { headers: bearer(alpha) });
+    expect(top.status).toBe(200);
+    expect(main.lines.slice(before).filter((l) => l.level === 'error')).toEqual([]);
+  });
+
+  it('an upload the client cuts off is logged at debug level, not error', async () => {
+    const before = main.lines.length;
+    const { hostname, port } = new URL(listening.url);
+    const upload = http.request({
+      host: hostname,
+      port,
+      method: 'POST',
+      path: '/api/jobs',
+      headers: { ...bearer(alpha), ...json, 'content-length': '100000' },
+    });
+    upload.on('error', () => {});
+    upload.write('{"task":"cut","payload":"');
+    await sleep(100);
+    upload.destroy();
+    await eventually(() =>
+      main.lines.slice(before).some((l) => l.level === 'debug' && /cut the request off/.test(l.msg)),
+    );
+    expect(main.lines.slice(before).filter((l) => l.level === 'error')).toEqual([]);
+  });
+
+  it('API answers, errors included, are never cached', async () => {
+    for (const [path, token] of [
+      ['/api/jobs', alpha],
+      ['/api/jobs/999999999', alpha],
+      ['/api/whoami', 'tusk_wrong'],
+      ['/api/health', null],
+      ['/metrics', ADMIN],
+    ] as const) {
+      const r = await request(listening.url, path, { headers: token ? bearer(token) : {} });
+      expect(r.headers['cache-control'], path).toBe('no-store');
+    }
+  });
+});
