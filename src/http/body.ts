@@ -17,10 +17,10 @@ const DISCARD_BYTES = 64 * 1024 * 1024;
 /**
  * A request body as text, refused (413) as soon as it is known to be over its limit:
  * from Content-Length before a byte is read, else while it streams in. Nothing is parsed
- * here, and nothing over the limit is held: parsing a body of the limit's size is the
- * longest the event loop can be held. A body that starts `{"jobs":` may be as large as
- * `maxBatchBytes`; the others, `maxBytes`. An upload the client cut off is an HttpError
- * of code `aborted` (logged at debug level).
+ * here, and no more than a chunk over the limit is held: parsing a body of the limit's
+ * size is the longest the event loop can be held. A body that starts `{"jobs":` may be as
+ * large as `maxBatchBytes`; the others, `maxBytes`. An upload the client cut off is an
+ * HttpError of code `aborted` (logged at debug level).
  */
 export async function readText(request: Request, limits: BodyLimits): Promise<string> {
   const single = limits.maxBytes;

@@ -20,7 +20,7 @@ import {
   whoamiSchema,
   workerListSchema,
 } from '../schemas.js';
-import { formatScopes } from '../scopes.js';
+import { SCOPES } from '../scopes.js';
 import { timeoutDoc } from './jobs.js';
 
 const invalidDoc = { description: 'a bad field, named in the error', schema: errorSchema };
@@ -53,7 +53,7 @@ export function adminEndpoints(api: Api): Endpoint[] {
         return c.json({
           role: roleOf(p),
           tenant: p.tenant,
-          scopes: formatScopes(p.scopes).split('+'),
+          scopes: SCOPES.filter((s) => p.scopes.has(s)),
           auth: await api.auth.required(),
         });
       },
