@@ -14,13 +14,10 @@ import { describeSpans, overlaps, recordedSpans, Spans, startSpanWorker } from '
 /** What a stalled job must come to: its runs never side by side, then one success, no cascade of attempts. */
 async function expectOneRunAtATime(db: TestDb, id: string, spans: Parameters<typeof overlaps>[0], trial: number) {
   const job = await db.tusk.getJob(id);
+  const sideBySide = overlaps(spans, (s) => s.job).length;
   expect(
-    {
-      sideBySide: overlaps(spans, (s) => s.job).length,
-      state: job?.state,
-      cascaded: (job?.attempts ?? 0) > 3,
-    },
-    `trial ${trial}, job ${id} (attempts ${job?.attempts}):\n${describeSpans(spans)}`,
+    { sideBySide, state: job?.state, cascaded: (job?.attempts ?? 0) > 3 },
+    `trial ${trial}: ${sideBySide} pairs of runs side by side, ${job?.state} after ${job?.attempts} attempts\n${describeSpans(spans)}`,
   ).toEqual({ sideBySide: 0, state: 'succeeded', cascaded: false });
 }
 
@@ -106,7 +103,7 @@ async function expectCancelled(db: TestDb, id: string, queue: string, answer: st
   const [final] = await settledStates(db, [id], 2000);
   expect(
     { answer: answer === 'running' || answer === 'cancelled' ? 'running or cancelled' : answer, leasedAgain, final },
-    `trial ${trial}: cancel() answered ${answer}`,
+    `trial ${trial}: cancel() answered ${answer}, leased again ${leasedAgain.length} times, ${final} at the end`,
   ).toEqual({ answer: 'running or cancelled', leasedAgain: [], final: 'cancelled' });
 }
 
