@@ -245,6 +245,35 @@ describe('one send at a time', () => {
     await lostMidSend(db, 1, { sendMs: 60_000, sendTimeoutMs: 1000, honorsSignal: true });
   });
 
+  it('after a clean stop, or a send that failed, the next drainer does not wait out the send time (a minute here)', async () => {
+    const got: string[] = [];
+    const working: Sink = {
+      name: 'working',
+      async send(jobs) {
+        got.push(...jobs.map((j) => j.payload as string));
+      },
+    };
+    const failing: Sink = {
+      name: 'failing',
+      async send() {
+        throw new Error('not now');
+      },
+    };
+    const minute = { sendTimeoutMs: 60_000, standbyPollMs: 20 };
+    const first = await startDrainer({ sink: working, ...minute });
+    await stage([{ task: 'handover', payload: 'before the stop' }]);
+    await eventually(() => got.length === 1);
+    await first.stop();
+    const second = await startDrainer({ sink: failing, ...minute });
+    await eventually(() => second.state === 'active', 10_000);
+    await stage([{ task: 'handover', payload: 'after a failed send' }]);
+    await sleep(300); // it fails to send
+    await second.stop();
+    await startDrainer({ sink: working, ...minute });
+    await eventually(() => got.length === 2, 10_000);
+    expect(got).toEqual(['before the stop', 'after a failed send']);
+  });
+
   it('a send longer than sendTimeoutMs is given up (its signal aborted), the batch stays staged and is sent again', async () => {
     const reasons: string[] = [];
     let calls = 0;
