@@ -44,6 +44,9 @@ it('drainers killed with SIGKILL mid-batch: every staged job reaches BullMQ at l
     String(BATCH),
     '--standby-poll-ms',
     '20',
+    // a drainer killed mid-send is waited out this long (and 1 s) by the next one
+    '--send-timeout-ms',
+    '1000',
     '--progress-ms',
     '0',
   ];

@@ -1,6 +1,8 @@
+import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { bullmqSink, type Drainer, type Logger, type Sink, StagedJob, TuskValidationError } from '../src/index.js';
 import { testQueue } from './bullmq.js';
+import { lostMidSend } from './drain-race.js';
 import { eventually, sleep, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -121,7 +123,7 @@ describe('the BullMQ sink', () => {
       "SELECT id::text, task, payload::text AS payload, options, staged_at FROM $schema.staged_jobs WHERE task = 'twice' ORDER BY id",
     );
     const batch = rows.map((r) => new StagedJob(r));
-    const context = { client: db.pool, schema: db.schema };
+    const context = { client: db.pool, schema: db.schema, signal: new AbortController().signal };
     const idempotent = bullmqSink({ queue: q.name, idempotent: true });
     await idempotent.send(batch, context);
     await idempotent.send(batch, context);
@@ -225,8 +227,144 @@ describe('drainer', () => {
   });
 
   it('bad options: a clear error', () => {
+    expect(() => db.tusk.drainer({ sink: 'tusk', sendTimeoutMs: 50 })).toThrow(/options\.sendTimeoutMs/);
     expect(() => db.tusk.drainer({} as never)).toThrow(TuskValidationError);
     expect(() => db.tusk.drainer({ sink: 'redis' as never })).toThrow(/options\.sink: must be 'tusk' or a Sink/);
     expect(() => db.tusk.drainer({ sink: 'tusk', batchSize: 0 })).toThrow(/options\.batchSize/);
+  });
+});
+
+describe('one send at a time', () => {
+  it('the active drainer loses its connection mid-send (its sink deaf to the signal): the standby sends only once that send has ended', async () => {
+    for (let trial = 1; trial <= 2; trial++) {
+      await lostMidSend(db, trial, { sendMs: 600, sendTimeoutMs: 1000, honorsSignal: false });
+    }
+  });
+
+  it('the same with a sink that stops on the signal: the lost send stops at once, the standby waits out its time', async () => {
+    await lostMidSend(db, 1, { sendMs: 60_000, sendTimeoutMs: 1000, honorsSignal: true });
+  });
+
+  it('after a clean stop, or a send that failed, the next drainer does not wait out the send time (a minute here)', async () => {
+    const got: string[] = [];
+    const working: Sink = {
+      name: 'working',
+      async send(jobs) {
+        got.push(...jobs.map((j) => j.payload as string));
+      },
+    };
+    const failing: Sink = {
+      name: 'failing',
+      async send() {
+        throw new Error('not now');
+      },
+    };
+    const minute = { sendTimeoutMs: 60_000, standbyPollMs: 20 };
+    const first = await startDrainer({ sink: working, ...minute });
+    await stage([{ task: 'handover', payload: 'before the stop' }]);
+    await eventually(() => got.length === 1);
+    await first.stop();
+    const second = await startDrainer({ sink: failing, ...minute });
+    await eventually(() => second.state === 'active', 10_000);
+    await stage([{ task: 'handover', payload: 'after a failed send' }]);
+    await sleep(300); // it fails to send
+    await second.stop();
+    await startDrainer({ sink: working, ...minute });
+    await eventually(() => got.length === 2, 10_000);
+    expect(got).toEqual(['before the stop', 'after a failed send']);
+  });
+
+  it('a send longer than sendTimeoutMs is given up (its signal aborted), the batch stays staged and is sent again', async () => {
+    const reasons: string[] = [];
+    let calls = 0;
+    const stuck: Sink = {
+      name: 'stuck once',
+      send: (_jobs, { signal }) =>
+        new Promise<void>((resolve) => {
+          if (++calls > 1) return resolve();
+          signal.addEventListener('abort', () => reasons.push(String((signal.reason as Error).message)), {
+            once: true,
+          });
+        }),
+    };
+    await stage([{ task: 'stuck' }]);
+    const drainer = await startDrainer({ sink: stuck, sendTimeoutMs: 200 });
+    await eventually(async () => (await stagedCount()) === 0, 5000);
+    expect(reasons).toEqual(['the send took longer than sendTimeoutMs (200 ms)']);
+    expect({ calls, forwarded: drainer.forwarded }).toEqual({ calls: 2, forwarded: 1 });
+  });
+});
+
+describe('order', () => {
+  /** A sink that records the payloads it is first given, in order. */
+  const recording = () => {
+    const seen: string[] = [];
+    const sink: Sink = {
+      name: 'recording',
+      async send(jobs) {
+        for (const job of jobs) if (!seen.includes(job.payload as string)) seen.push(job.payload as string);
+      },
+    };
+    return { seen, sink };
+  };
+
+  it('a row whose transaction is still open holds back none staged after it; it follows once committed', async () => {
+    const { seen, sink } = recording();
+    const open = new pg.Client({ connectionString: db.url });
+    await open.connect();
+    try {
+      await open.query('BEGIN');
+      await db.tusk.stage(open, 'ordered', 'x'); // staged first: the lowest id
+      await stage([{ task: 'ordered', payload: 'a' }]);
+      await stage([{ task: 'ordered', payload: 'b' }]);
+      await startDrainer({ sink, pollMs: 20 });
+      await eventually(() => seen.length === 2);
+      await open.query('COMMIT');
+      await stage([{ task: 'ordered', payload: 'c' }]);
+      await eventually(() => seen.length === 4);
+      expect(seen).toEqual(['a', 'b', 'x', 'c']);
+    } finally {
+      await open.end();
+    }
+  });
+
+  it('a job staged after another job’s transaction committed is forwarded after it (4 connections, 40 transactions at once)', async () => {
+    const { seen, sink } = recording();
+    await startDrainer({ sink, batchSize: 3, pollMs: 10 });
+    const rows: Array<{ label: string; stagedAt: number; committedAt: number }> = [];
+    const session = async (c: number) => {
+      const client = new pg.Client({ connectionString: db.url });
+      await client.connect();
+      try {
+        for (let t = 0; t < 10; t++) {
+          await client.query('BEGIN');
+          const mine: typeof rows = [];
+          for (let r = 0; r <= (c + t) % 3; r++) {
+            const label = `${c}.${t}.${r}`;
+            mine.push({ label, stagedAt: performance.now(), committedAt: 0 });
+            await db.tusk.stage(client, 'ordered', label);
+            await sleep(Math.random() * 4);
+          }
+          await client.query('COMMIT');
+          const committedAt = performance.now();
+          for (const row of mine) rows.push({ ...row, committedAt });
+        }
+      } finally {
+        await client.end();
+      }
+    };
+    await Promise.all([0, 1, 2, 3].map(session));
+    await eventually(() => seen.length === rows.length);
+    const position = new Map(seen.map((label, i) => [label, i]));
+    // labels are connection.transaction.row
+    const sameTransactionBefore = (p: string, q: string) =>
+      p.slice(0, p.lastIndexOf('.')) === q.slice(0, q.lastIndexOf('.')) && p < q;
+    const wrong = rows.flatMap((p) =>
+      rows
+        .filter((q) => p.committedAt < q.stagedAt || sameTransactionBefore(p.label, q.label))
+        .filter((q) => (position.get(p.label) ?? -1) > (position.get(q.label) ?? -1))
+        .map((q) => `${p.label} after ${q.label}`),
+    );
+    expect(wrong).toEqual([]);
   });
 });

@@ -102,7 +102,7 @@ export function bullmqSink(options: BullMQSinkOptions = {}): Sink {
 
   return {
     name: 'bullmq',
-    async send(jobs) {
+    async send(jobs, { signal }) {
       redis ??= connect().catch((error: unknown) => {
         redis = null;
         throw error;
@@ -123,7 +123,11 @@ export function bullmqSink(options: BullMQSinkOptions = {}): Sink {
         if (list) list.push(rest);
         else byQueue.set(queue, [rest]);
       }
-      for (const [name, list] of byQueue) await queueFor(client, name).addBulk(list);
+      for (const [name, list] of byQueue) {
+        // an addBulk sent is out of reach (one MULTI); given up, send no more of them
+        signal.throwIfAborted();
+        await queueFor(client, name).addBulk(list);
+      }
     },
     async close() {
       const client = await redis?.catch(() => null);

@@ -7,7 +7,14 @@ import { Listener } from '../db/listener.js';
 import { TuskError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkSchema } from '../migrate/migrate.js';
-import { deleteStaged, releaseDrainLock, selectStaged, tryDrainLock } from '../queries/staged.js';
+import {
+  deleteStaged,
+  releaseDrainLock,
+  selectStaged,
+  sendOver,
+  takeoverWaitMs,
+  tryDrainLock,
+} from '../queries/staged.js';
 import { type Sink, StagedJob } from './sink.js';
 import { tuskSink } from './tuskSink.js';
 
@@ -23,6 +30,12 @@ export interface DrainerOptions {
   standbyPollMs?: number;
   /** Longest wait between retries of a failing sink (the first is 250 ms, then doubling); default 30 s. */
   maxBackoffMs?: number;
+  /**
+   * How long a send may take: then its `context.signal` aborts and the batch stays staged
+   * (sent again after a backoff). A drainer taking over from one that lost its connection
+   * mid-send waits that long before it sends; default 10 s.
+   */
+  sendTimeoutMs?: number;
   /** Called after each forwarded batch. */
   onBatch?: (batch: DrainedBatch) => void;
 }
@@ -58,20 +71,46 @@ const optionsSchema = z.strictObject({
   pollMs: z.number().int().min(10).max(3_600_000).optional(),
   standbyPollMs: z.number().int().min(10).max(3_600_000).optional(),
   maxBackoffMs: z.number().int().min(250).max(3_600_000).optional(),
+  sendTimeoutMs: z.number().int().min(100).max(3_600_000).optional(),
   onBatch: z.function().optional(),
 });
 
-/** A failure of the sink (as opposed to the database), retried with backoff. */
-class SinkError extends Error {}
+/**
+ * A failure of the sink (as opposed to the database), retried with backoff. `over`: the
+ * sink's send ended (it failed), rather than being given up while it may still run.
+ */
+class SinkError extends Error {
+  readonly over: boolean;
+  constructor(message: string, options: { cause: unknown; over: boolean }) {
+    super(message, { cause: options.cause });
+    this.over = options.over;
+  }
+}
 
 const FIRST_BACKOFF_MS = 250;
+/**
+ * Waited past the end of a lost drainer's send, by the database's clock: covers a late
+ * timer in that drainer's process and a sink slow to stop on its signal.
+ */
+const TAKEOVER_MARGIN_MS = 1000;
 
 /**
- * Forwards staged jobs (see `tusk.stage`) to a sink, in batches, in staging order: reads
- * the oldest rows, hands them to the sink, deletes them once the sink resolved. One
- * drainer per schema is active (a session advisory lock on its own connection); others
- * stand by and take over within `standbyPollMs` when it stops or dies. A drainer killed
- * mid-batch leaves the batch staged: the next one sends it again (at least once).
+ * Forwards staged jobs (see `tusk.stage`) to a sink, in batches: reads the oldest
+ * committed rows, hands them to the sink, deletes them once the sink resolved. A drainer
+ * killed mid-batch leaves the batch staged: the next one sends it again (at least once).
+ *
+ * One drainer per schema is active (a session advisory lock on its own connection);
+ * others stand by and take the lock within `standbyPollMs` when it stops or dies. Only
+ * one sends at a time: a send ends (or is given up, its signal aborted) within
+ * `sendTimeoutMs`, and at once when the drainer loses its connection; one that takes the
+ * lock from a drainer that lost it mid-send first waits, by the database's clock, until
+ * that send's time and a margin are over (see sql/000012_drainer.sql).
+ *
+ * Order: each batch is the oldest rows, in staging (id) order, of those committed when it
+ * is read. So a job whose transaction committed before another job was staged is
+ * forwarded first: the jobs of one transaction, and those staged one transaction after
+ * another, keep their order. Transactions that overlap go roughly in commit order: a row
+ * is not held back for an earlier-staged row whose transaction is still open.
  */
 export class Drainer {
   readonly #host: DrainerHost;
@@ -88,6 +127,13 @@ export class Drainer {
   #notified = false;
   #backoffMs = 0;
   #forwarded = 0;
+  /**
+   * Whether, holding the lock, it has seen that no send of the drainer before can still be
+   * running: then it forwards.
+   */
+  #clear = false;
+  /** The send in flight, aborted if the lock connection is lost. */
+  #sending: AbortController | null = null;
 
   constructor(host: DrainerHost, options: DrainerOptions) {
     const o = parse(optionsSchema, options, 'options') as DrainerOptions;
@@ -98,6 +144,7 @@ export class Drainer {
       pollMs: o.pollMs ?? 1000,
       standbyPollMs: o.standbyPollMs ?? 1000,
       maxBackoffMs: o.maxBackoffMs ?? 30_000,
+      sendTimeoutMs: o.sendTimeoutMs ?? 10_000,
       onBatch: o.onBatch,
     };
   }
@@ -140,8 +187,9 @@ export class Drainer {
         if (this.#idle) this.#wake?.();
       },
       onDisconnect: () => {
-        // the lock went with the session: stand by until the new one takes it again
+        // the lock went with the session: stop sending, stand by until the new one takes it again
         this.#lockedOn = null;
+        this.#sending?.abort(new TuskError('the drainer lost its database connection, and with it the drain lock'));
         this.#setState('standby');
       },
     });
@@ -187,12 +235,25 @@ export class Drainer {
         } else if (this.#lockedOn !== client) {
           if (await tryDrainLock(client, this.#host.schema)) {
             this.#lockedOn = client;
-            this.#setState('active');
-            log.info({ sink: this.#sink.name }, `drainer active: forwarding staged jobs to ${this.#sink.name}`);
+            this.#clear = false;
           } else {
             if (this.#state !== 'standby') log.info({}, 'another drainer is active; standing by to take over');
             this.#setState('standby');
             await this.#sleep(this.#opts.standbyPollMs);
+          }
+        } else if (!this.#clear) {
+          // the lock is ours; a send of the drainer that held it before may still be running
+          const waitMs = await takeoverWaitMs(client, this.#host.schema, TAKEOVER_MARGIN_MS);
+          if (waitMs > 0) {
+            log.info(
+              { waitMs },
+              `drainer: the previous active drainer lost its lock mid-send; waiting ${waitMs} ms, until that send has timed out, before forwarding`,
+            );
+            await this.#sleep(waitMs);
+          } else {
+            this.#clear = true;
+            this.#setState('active');
+            log.info({ sink: this.#sink.name }, `drainer active: forwarding staged jobs to ${this.#sink.name}`);
           }
         } else {
           this.#notified = false;
@@ -203,7 +264,7 @@ export class Drainer {
           if (count < this.#opts.batchSize && !this.#notified) await this.#sleep(this.#opts.pollMs, true);
         }
       } catch (error) {
-        if (!(error instanceof SinkError) && this.#listener?.client !== client) continue; // connection lost: reconnecting
+        if (this.#listener?.client !== client) continue; // connection lost (and the lock): reconnecting
         this.#backoffMs = Math.min(Math.max(this.#backoffMs * 2, FIRST_BACKOFF_MS), this.#opts.maxBackoffMs);
         const cause = error instanceof SinkError ? error.cause : error;
         log.warn(
@@ -222,18 +283,24 @@ export class Drainer {
     if (transactional) await client.query('BEGIN');
     try {
       const t0 = performance.now();
-      const rows = await selectStaged(client, schema, this.#opts.batchSize);
+      // a send to an outside sink outlives a lost connection: record until when it may run
+      const rows = await selectStaged(
+        client,
+        schema,
+        this.#opts.batchSize,
+        transactional ? null : this.#opts.sendTimeoutMs,
+      );
       if (rows.length > 0) {
-        const jobs = rows.map((row) => new StagedJob(row));
-        try {
-          await this.#sink.send(jobs, { client, schema });
-        } catch (error) {
-          throw new SinkError('sink failed', { cause: error });
-        }
+        await this.#send(
+          rows.map((row) => new StagedJob(row)),
+          client,
+          t0 + this.#opts.sendTimeoutMs,
+        );
         await deleteStaged(
           client,
           schema,
           rows.map((r) => r.id),
+          !transactional,
         );
       }
       if (transactional) await client.query('COMMIT');
@@ -251,7 +318,48 @@ export class Drainer {
       return rows.length;
     } catch (error) {
       if (transactional) await client.query('ROLLBACK').catch(() => {});
+      // the send failed by itself: a drainer taking over has nothing to wait for
+      else if (error instanceof SinkError && error.over) await sendOver(client, schema).catch(() => {});
       throw error;
+    }
+  }
+
+  /**
+   * Hands a batch to the sink and waits for it until `deadline` (performance.now()), or
+   * until the lock connection is lost; then aborts the send's signal and gives it up.
+   */
+  async #send(jobs: StagedJob[], client: pg.Client, deadline: number): Promise<void> {
+    const controller = new AbortController();
+    const { signal } = controller;
+    this.#sending = controller;
+    const timer = setTimeout(
+      () => controller.abort(new TuskError(`the send took longer than sendTimeoutMs (${this.#opts.sendTimeoutMs} ms)`)),
+      Math.max(0, deadline - performance.now()),
+    );
+    let over = false;
+    try {
+      if (this.#lockedOn !== client) {
+        over = true;
+        throw new TuskError('the drainer lost its database connection, and with it the drain lock');
+      }
+      await new Promise<void>((resolve, reject) => {
+        signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+        const ended = (error?: unknown) => {
+          over = true;
+          if (error === undefined) resolve();
+          else reject(error);
+        };
+        try {
+          this.#sink.send(jobs, { client, schema: this.#host.schema, signal }).then(() => ended(), ended);
+        } catch (error) {
+          ended(error);
+        }
+      });
+    } catch (error) {
+      throw new SinkError('sink failed', { cause: error, over });
+    } finally {
+      clearTimeout(timer);
+      this.#sending = null;
     }
   }
 

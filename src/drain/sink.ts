@@ -86,6 +86,12 @@ export interface SinkContext {
   client: Queryable;
   /** Tusk's schema. */
   schema: string;
+  /**
+   * Aborted when the drainer gives the send up: its time (the drainer's `sendTimeoutMs`)
+   * is over, or the drainer lost its lock. A sink that stops then (or always finishes in
+   * time) is never sending while another drainer sends.
+   */
+  signal: AbortSignal;
 }
 
 /**
@@ -93,13 +99,16 @@ export interface SinkContext {
  * resolves only once the destination holds every job durably; the drainer deletes the
  * batch after that. If `send` throws, the batch stays staged and is sent again (after a
  * backoff), so a sink sees a batch more than once when it fails or the drainer dies
- * mid-batch: delivery is at least once, unless the sink is `transactional`.
+ * mid-batch: delivery is at least once, unless the sink is `transactional`. A send must
+ * stop when `context.signal` aborts (or end within the drainer's `sendTimeoutMs`): a
+ * drainer that takes over waits out that time, not longer, before it sends.
  *
  * @example
  * const webhookSink: Sink = {
  *   name: 'webhook',
- *   async send(jobs) {
- *     const res = await fetch(url, { method: 'POST', body: JSON.stringify(jobs.map((j) => ({ id: j.id, task: j.task, payload: j.payload }))) });
+ *   async send(jobs, { signal }) {
+ *     const body = JSON.stringify(jobs.map((j) => ({ id: j.id, task: j.task, payload: j.payload })));
+ *     const res = await fetch(url, { method: 'POST', body, signal });
  *     if (!res.ok) throw new Error(`webhook answered ${res.status}`);
  *   },
  * };

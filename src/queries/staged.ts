@@ -33,21 +33,63 @@ export interface StagedRow {
   staged_at: Date;
 }
 
-/** The oldest `limit` staged rows, in id order. */
-export async function selectStaged(db: Queryable, schema: string, limit: number): Promise<StagedRow[]> {
+/**
+ * The oldest `limit` staged rows, in id order, among those committed now: a row whose
+ * transaction is still open is not waited for (it comes in a later batch).
+ * With `sendMs`, when there are rows, records in drainer_lease that a send of them may run
+ * until `sendMs` from now by the database's clock (see takeoverWaitMs).
+ */
+export async function selectStaged(
+  db: Queryable,
+  schema: string,
+  limit: number,
+  sendMs: number | null = null,
+): Promise<StagedRow[]> {
+  const s = ident(schema);
   const { rows } = await db.query<StagedRow>(
     // ORDER BY s.id: a bare "id" would sort by the text column of the output
-    `SELECT s.id::text AS id, s.task, s.payload::text AS payload, s.options, s.staged_at
-     FROM ${ident(schema)}.staged_jobs s ORDER BY s.id LIMIT $1`,
-    [limit],
+    `WITH batch AS (
+       SELECT s.id, s.task, s.payload, s.options, s.staged_at FROM ${s}.staged_jobs s ORDER BY s.id LIMIT $1),
+     busy AS (
+       UPDATE ${s}.drainer_lease SET busy_until = clock_timestamp() + $2::float8 * interval '1 millisecond'
+       WHERE $2::float8 IS NOT NULL AND EXISTS (SELECT 1 FROM batch))
+     SELECT b.id::text AS id, b.task, b.payload::text AS payload, b.options, b.staged_at FROM batch b ORDER BY b.id`,
+    [limit, sendMs],
   );
   return rows;
 }
 
-/** Deletes forwarded rows; returns how many were there. */
-export async function deleteStaged(db: Queryable, schema: string, ids: string[]): Promise<number> {
-  const { rowCount } = await db.query(`DELETE FROM ${ident(schema)}.staged_jobs WHERE id = ANY($1::bigint[])`, [ids]);
+/**
+ * Deletes forwarded rows; returns how many were there. With `sent`, also records that
+ * the send of them is over (nothing for a drainer taking over to wait for).
+ */
+export async function deleteStaged(db: Queryable, schema: string, ids: string[], sent = false): Promise<number> {
+  const s = ident(schema);
+  const { rowCount } = await db.query(
+    `WITH done AS (UPDATE ${s}.drainer_lease SET busy_until = NULL WHERE $2::boolean)
+     DELETE FROM ${s}.staged_jobs WHERE id = ANY($1::bigint[])`,
+    [ids, sent],
+  );
   return rowCount ?? 0;
+}
+
+/** Records that the last send is over (it failed): nothing for a drainer taking over to wait for. */
+export async function sendOver(db: Queryable, schema: string): Promise<void> {
+  await db.query(`UPDATE ${ident(schema)}.drainer_lease SET busy_until = NULL`);
+}
+
+/**
+ * How long a drainer that has just taken the lock waits before it sends: until a send of
+ * the previous holder, whose connection may have been lost mid-send, has timed out
+ * (drainer_lease.busy_until), and `marginMs` more. 0 when nothing can still be running.
+ */
+export async function takeoverWaitMs(db: Queryable, schema: string, marginMs: number): Promise<number> {
+  const { rows } = await db.query<{ ms: number | null }>(
+    `SELECT ceil(extract(epoch FROM l.busy_until + $1::float8 * interval '1 millisecond' - clock_timestamp()) * 1000)::float8 AS ms
+     FROM ${ident(schema)}.drainer_lease l`,
+    [marginMs],
+  );
+  return Math.max(0, rows[0]?.ms ?? 0);
 }
 
 /** How many rows wait to be drained. */

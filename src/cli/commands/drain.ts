@@ -11,6 +11,7 @@ interface Options {
   idempotent?: boolean;
   batchSize?: number;
   standbyPollMs?: number;
+  sendTimeoutMs?: number;
   progressMs: number;
 }
 
@@ -38,6 +39,11 @@ export function drainCommand(program: Command): void {
       intOption('--standby-poll-ms', 10),
     )
     .option(
+      '--send-timeout-ms <ms>',
+      'how long a send may take before it is given up; a drainer taking over waits that long (default 10000)',
+      intOption('--send-timeout-ms', 100, 3_600_000),
+    )
+    .option(
       '--progress-ms <ms>',
       'how often to print the forwarding rate (0: never)',
       intOption('--progress-ms'),
@@ -58,6 +64,7 @@ export function drainCommand(program: Command): void {
       };
       if (options.batchSize !== undefined) drainerOptions.batchSize = options.batchSize;
       if (options.standbyPollMs !== undefined) drainerOptions.standbyPollMs = options.standbyPollMs;
+      if (options.sendTimeoutMs !== undefined) drainerOptions.sendTimeoutMs = options.sendTimeoutMs;
       let started: Drainer | null;
       try {
         started = await startPatiently(() => tusk.drainer(drainerOptions), 'the drainer');
