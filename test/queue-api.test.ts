@@ -135,13 +135,30 @@ describe('retry policies (seed 004)', () => {
     expect(revived).toMatchObject({ state: 'available', attempts: 0 });
     expect(revived?.errors).toHaveLength(1); // the old attempt's error is kept
     expect(await db.tusk.retryAll({ task: 'boom', queue: 'rp3', state: 'dead' })).toBe(2);
-    expect(await db.tusk.retry('987654321')).toBe(false);
+    expect(await db.tusk.retry('987654321')).toBeNull();
 
     const fixed = db.worker({ queues: ['rp3'], tasks: { boom: () => 'fixed' } });
     await fixed.start();
     for (const id of ids) expect(await finished(id)).toMatchObject({ state: 'succeeded', result: 'fixed' });
     await fixed.stop();
     expect(await db.tusk.retry(ids[0] as string)).toBe(false); // succeeded jobs are not re-run
+  });
+
+  it('one not-found convention: an unknown id or name reads as null, never throws', async () => {
+    const unknown = '987654320';
+    expect(await db.tusk.getJob(unknown)).toBeNull();
+    expect(await db.tusk.cancel(unknown)).toBeNull();
+    expect(await db.tusk.retry(unknown)).toBeNull();
+    expect(await db.tusk.tenants.get('nf-nobody')).toBeNull();
+    expect(await db.tusk.schedules.get('nf-nothing')).toBeNull();
+    expect(await db.tusk.schedules.remove('nf-nothing')).toBe(false);
+    // known: a job that can be neither cancelled nor retried now says so by its state / false
+    const { id } = await db.tusk.enqueue('nf', {}, { queue: 'nf', delayMs: 60_000 });
+    expect(await db.tusk.retry(id)).toBe(false);
+    expect(await db.tusk.cancel(id)).toBe('cancelled');
+    expect(await db.tusk.retry(id)).toBe(true);
+    expect((await db.tusk.tenants.get('default'))?.tenant).toBe('default');
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'nf'`);
   });
 });
 

@@ -281,7 +281,7 @@ describe('graceful stop', () => {
     const job = await db.tusk.getJob(id);
     expect(job).toMatchObject({ state: 'available', attempts: 1 });
     expect(job?.error?.name).toBe('WorkerStoppingError');
-    expect((await db.tusk.tenants.get('default')).running).toBe(0);
+    expect((await db.tusk.tenants.get('default'))?.running).toBe(0);
   });
 
   it('gives back jobs claimed ahead but not started, without counting an attempt', async () => {
