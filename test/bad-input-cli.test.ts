@@ -147,7 +147,7 @@ describe('tusk enqueue', () => {
         new Uint8Array([0x22, 0xff, 0x22]),
       ],
       ['task with a newline', ['enqueue', 'a\nb'], /^tusk: task: must not contain control characters/],
-      ['empty tenant', ['enqueue', 't', '--tenant', ''], /^tusk: options\.tenant: must not be empty/],
+      ['empty tenant', ['enqueue', 't', '--tenant', ''], /^tusk: --tenant: must not be empty/],
       [
         'delay in e-notation',
         ['enqueue', 't', '--delay', '1e3'],
@@ -202,7 +202,7 @@ describe('tusk enqueue', () => {
             written++;
           } else {
             expect(r.code).toBe(1);
-            expect(r.stderr).toMatch(/^tusk: options\.tenant: /);
+            expect(r.stderr).toMatch(/^tusk: --tenant: /);
           }
         }
         const piped = runs[2] as Run;
