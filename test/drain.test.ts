@@ -92,8 +92,12 @@ describe("the 'tusk' sink", () => {
     await sleep(100);
     const t0 = Date.now();
     await stage([{ task: 'woken' }]);
-    await eventually(async () => (await db.rows("SELECT 1 FROM $schema.jobs WHERE task = 'woken'")).length === 1);
-    expect(Date.now() - t0).toBeLessThan(5000);
+    await eventually(
+      async () => (await db.rows("SELECT 1 FROM $schema.jobs WHERE task = 'woken'")).length === 1,
+      120_000,
+    );
+    // generous: a loaded machine delays it by seconds, the 10-minute poll would by minutes
+    expect(Date.now() - t0).toBeLessThan(60_000);
   });
 });
 
