@@ -67,7 +67,7 @@ function asFlagError(error: unknown): unknown {
 export function enqueueCommand(program: Command): void {
   program
     .command('enqueue')
-    .description('add a job and print its id (with --dedupe/--dedup-key: the existing job\'s id, and "deduplicated")')
+    .description("add a job and print its id (deduplicated: the existing job's id, said on standard error)")
     .argument('<task>', 'task name')
     .argument('[payload]', "payload as JSON; '-' reads it from standard input", 'null')
     .option('--tenant <tenant>', "tenant the job belongs to (default 'default')")
