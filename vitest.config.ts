@@ -13,6 +13,8 @@ export default defineConfig({
     // PostgreSQL shares the machine's two cores with the tests: two files at a time
     maxWorkers: 2,
     sequence: { sequencer: FaultsLast },
+    // the usual report, then the tests skipped for a missing service and why
+    reporters: ['default', './test/setup/skips.ts'],
     typecheck: { enabled: true, include: ['test/**/*.test-d.ts'] },
   },
 });

@@ -16,6 +16,13 @@ export class ApiError extends Error {
   }
 }
 
+/** The server did not answer at all (stopped, restarting, network down): fetch itself failed. */
+export class UnreachableError extends Error {
+  constructor(cause) {
+    super(`Cannot reach the Tusk server at ${location.host}: it has stopped, or the network is down.`, { cause });
+  }
+}
+
 /** `api('api/jobs?state=dead')`, `api('api/jobs/4/retry', { method: 'POST' })`. Paths are relative to the page. */
 export async function api(path, { method = 'GET', body } = {}) {
   const headers = { accept: 'application/json' };
@@ -24,7 +31,12 @@ export async function api(path, { method = 'GET', body } = {}) {
   // every write says JSON, with a body or without: the server refuses others (a page of
   // another site could send them)
   if (method !== 'GET') headers['content-type'] = 'application/json';
-  const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  let response;
+  try {
+    response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  } catch (error) {
+    throw new UnreachableError(error);
+  }
   const type = response.headers.get('content-type') ?? '';
   const data = type.includes('json') ? await response.json() : await response.text();
   if (!response.ok) throw new ApiError(response.status, data);

@@ -1,4 +1,4 @@
-import { ApiError, api, token } from './api.js';
+import { ApiError, api, token, UnreachableError } from './api.js';
 import { h } from './dom.js';
 import { job } from './job.js';
 import { jobs } from './jobs.js';
@@ -39,9 +39,18 @@ function setLive(ok, text) {
   liveText.textContent = text;
 }
 
+/** What to do about a server that does not answer, said where the page says what it shows. */
+const EVERY = REFRESH_MS < 1000 ? `${REFRESH_MS} ms` : `${Math.round(REFRESH_MS / 1000)} s`;
+const RESTART_HINT = `Start it again (tusk serve, or your app); this page retries every ${EVERY}.`;
+
 function fail(error) {
   if (error instanceof ApiError && error.status === 401) {
     signIn(token.get() ? 'That token is unknown or revoked.' : '');
+    return;
+  }
+  if (error instanceof UnreachableError) {
+    setLive(false, 'server unreachable · retrying');
+    toast(`${error.message} ${RESTART_HINT}`, true);
     return;
   }
   setLive(false, 'not updating');
@@ -49,6 +58,7 @@ function fail(error) {
 }
 
 function signIn(message) {
+  clearTimeout(retryStart);
   token.clear();
   current = null;
   who = null;
@@ -122,13 +132,32 @@ async function tick() {
   }
 }
 
+let retryStart = 0;
+
 async function start() {
+  clearTimeout(retryStart);
   try {
     who = await api('api/whoami');
   } catch (error) {
-    if (error instanceof ApiError && error.status === 401)
+    if (error instanceof ApiError && error.status === 401) {
+      setLive(false, 'signed out');
       signIn(token.get() ? 'That token is unknown or revoked.' : '');
-    else main.replaceChildren(h('section', { class: 'panel' }, `Cannot reach the server: ${error.message}`));
+      return;
+    }
+    // unreachable or failing: say so and what to do, and try again until it answers
+    const unreachable = error instanceof UnreachableError;
+    setLive(false, unreachable ? 'server unreachable · retrying' : 'server error · retrying');
+    main.replaceChildren(
+      h(
+        'section',
+        { class: 'panel notice', role: 'alert' },
+        h('h1', null, unreachable ? 'The server does not answer' : 'The server answered with an error'),
+        h('p', null, error.message),
+        h('p', null, unreachable ? RESTART_HINT : 'Its log says more; this page tries again.'),
+        h('button', { class: 'primary', type: 'button', onclick: () => start() }, 'Try again now'),
+      ),
+    );
+    retryStart = setTimeout(start, REFRESH_MS);
     return;
   }
   document.getElementById('who').textContent = !who.auth

@@ -1,4 +1,4 @@
-import { api } from './api.js';
+import { ApiError, api } from './api.js';
 import { badge, dateTime, duration, h, int, json, panel, route, time } from './dom.js';
 
 const RETRYABLE = ['dead', 'cancelled', 'expired', 'failed'];
@@ -109,8 +109,40 @@ export function job({ id, toast }) {
     );
   }
 
+  /** No such job, for this token: what may have happened and where to go. */
+  function renderMissing() {
+    el.replaceChildren(
+      h('div', { class: 'page-head' }, h('a', { href: route('jobs') }, '← Jobs'), h('h1', null, `No job ${id}`)),
+      panel(
+        null,
+        h(
+          'div',
+          { class: 'notice' },
+          h('p', null, `There is no job with id ${id} that this token may see.`),
+          h(
+            'ul',
+            null,
+            h('li', null, 'The id may be mistyped: ids are whole numbers, as enqueue returned them.'),
+            h('li', null, 'A finished job is deleted when its tenant’s retention ends (or by tusk prune).'),
+            h('li', null, 'A tenant token sees only its own tenant’s jobs.'),
+          ),
+          h('p', null, h('a', { href: route('jobs') }, 'Find it in the job list'), ' by task, tenant or state.'),
+        ),
+      ),
+    );
+  }
+
   async function refresh() {
-    const j = await api(`api/jobs/${encodeURIComponent(id)}`);
+    let j;
+    try {
+      j = await api(`api/jobs/${encodeURIComponent(id)}`);
+    } catch (error) {
+      // a missing job is an answer, not a failure: the page says so and stays live
+      if (!(error instanceof ApiError) || (error.status !== 404 && error.status !== 400)) throw error;
+      if (last !== 'missing') renderMissing();
+      last = 'missing';
+      return;
+    }
     // unchanged: keep the page as it is (open details, selection)
     const text = JSON.stringify(j);
     if (text === last) return;

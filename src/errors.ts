@@ -91,7 +91,10 @@ export class UnknownTaskError extends TuskError {
   override name = 'UnknownTaskError';
 }
 
-/** The thing asked for does not exist (e.g. an unknown tenant). */
+/**
+ * What a job is about is gone: the `load` of a registered class found no record for the
+ * job's source. (Lookups of unknown ids and names return null instead.)
+ */
 export class TuskNotFoundError extends TuskError {
   override name = 'TuskNotFoundError';
 }

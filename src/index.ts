@@ -46,6 +46,8 @@ export {
   type TaskList,
   type TaskName,
   type TaskPayload,
+  type TaskResult,
+  type TypedJob,
   type TypedJobSpec,
 } from './tasks/define.js';
 export type { SourceOptions } from './tasks/sources.js';

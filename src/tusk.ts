@@ -39,7 +39,7 @@ import { selectJob } from './queries/selectJob.js';
 import { countStaged, stageJobs } from './queries/staged.js';
 import type { ScheduleOptions } from './schedules/options.js';
 import { type AsyncCalls, type AsyncOptions, asyncCalls } from './tasks/async.js';
-import type { EnqueueArgs, TaskList, TaskName, TaskPayload, TypedJobSpec } from './tasks/define.js';
+import type { EnqueueArgs, TaskList, TaskName, TaskPayload, TypedJob, TypedJobSpec } from './tasks/define.js';
 import { type TaskDefinition, type Tasks, taskMap, tasksSchema } from './tasks/definition.js';
 import { validateRecord } from './tasks/schema.js';
 import { type SourceOptions, SourceRegistry } from './tasks/sources.js';
@@ -417,11 +417,13 @@ export class Tusk<L extends TaskList = TaskList> {
   /**
    * Runs a job again: a `dead`, `cancelled` or `expired` job, or a `failed` one waiting
    * for its retry, becomes available now with its attempts reset (its errors are kept).
-   * Returns whether it was re-queued (false for unknown, running or succeeded jobs).
+   * Returns true if it was re-queued, false if it is in no state to be (waiting,
+   * running, succeeded), null for an unknown id.
    */
-  async retry(id: string | number | bigint): Promise<boolean> {
+  async retry(id: string | number | bigint): Promise<boolean | null> {
     const key = jobId(id);
-    return (await this.#write(undefined, (db) => retryJobs(db, this.schema, [key]))).length > 0;
+    if ((await this.#write(undefined, (db) => retryJobs(db, this.schema, [key]))).length > 0) return true;
+    return (await this.getJob(key)) ? false : null;
   }
 
   /**
@@ -549,12 +551,15 @@ export class Tusk<L extends TaskList = TaskList> {
     return rows.map(toJob);
   }
 
-  /** A job by id, whatever its state; null if there is no such job. */
-  async getJob(id: string | number | bigint): Promise<Job | null> {
+  /**
+   * A job by id, whatever its state; null if there is no such job. On a typed instance,
+   * its payload and result have its task's types (check `job.task` to narrow them).
+   */
+  async getJob(id: string | number | bigint): Promise<TypedJob<L> | null> {
     const key = jobId(id);
     const pool = await this.pool();
     const row = await this.#write(pool, () => selectJob(pool, this.schema, key));
-    return row ? toJob(row) : null;
+    return row ? (toJob(row) as TypedJob<L>) : null;
   }
 
   /**

@@ -231,14 +231,14 @@ describe('names', () => {
     expect(await tusk.getJob(id)).toMatchObject({ task: name, queue: name, tenant: name, payload: { name } });
     const info = await tusk.tenants.set(name, { slots: 2 });
     expect(info).toMatchObject({ tenant: name, ownSlots: 2 });
-    expect((await tusk.tenants.get(name)).tenant).toBe(name);
+    expect((await tusk.tenants.get(name))?.tenant).toBe(name);
   });
 
   it('LIKE wildcards in names match only themselves', async () => {
     await tusk.tenants.set('%', { slots: 7 });
     await tusk.tenants.set('_', { slots: 8 });
-    expect((await tusk.tenants.get('%')).ownSlots).toBe(7);
-    expect((await tusk.tenants.get('_')).ownSlots).toBe(8);
+    expect((await tusk.tenants.get('%'))?.ownSlots).toBe(7);
+    expect((await tusk.tenants.get('_'))?.ownSlots).toBe(8);
   });
 
   it('property: any string as a tenant, queue or task is stored exactly if legal, else refused', async () => {
@@ -271,7 +271,7 @@ describe('names', () => {
           return;
         }
         expect(await tusk.tenants.set(name, { perKey: 3 })).toMatchObject({ tenant: name, perKey: 3 });
-        expect((await tusk.tenants.get(name)).tenant).toBe(name);
+        expect((await tusk.tenants.get(name))?.tenant).toBe(name);
       }),
       { numRuns: 50 },
     );
@@ -441,7 +441,7 @@ describe('tenant settings', () => {
       path ? `settings.${path}` : 'settings',
       message,
     );
-    expect((await tusk.tenants.get('settled')).ownSlots).toBe(4);
+    expect((await tusk.tenants.get('settled'))?.ownSlots).toBe(4);
   });
 
   it('defaults: bad settings refused', async () => {

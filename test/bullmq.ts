@@ -2,8 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { type ConnectionOptions, Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 
-/** The machine's Redis (CI starts it). */
-export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+import { REDIS_URL } from './services.js';
+
+export { REDIS_URL };
 
 export interface BullJob {
   id: string;

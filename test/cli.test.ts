@@ -78,10 +78,10 @@ describe('tusk CLI', () => {
     expect((await tusk(env(), 'tenants', 'list')).stdout).toMatch(/cli-acme/);
     const bad = await tusk(env(), 'tenants', 'set', 'cli-acme', '--slots', '0');
     expect(bad.code).not.toBe(0);
-    expect(bad.stderr).toMatch(/--slots takes a positive integer or default/);
+    expect(bad.stderr).toMatch(/^tusk: --slots: takes a positive integer or default/);
     const unknown = await tusk(env(), 'tenants', 'get', 'cli-nobody');
     expect(unknown.code).toBe(1);
-    expect(unknown.stderr).toMatch(/unknown tenant "cli-nobody"/);
+    expect(unknown.stderr).toBe('tusk: no tenant named cli-nobody: it has no settings and no unfinished jobs\n');
     const stats = await tusk(env(), 'stats', '--json');
     expect(JSON.parse(stats.stdout)).toHaveProperty('queues');
   });
@@ -100,7 +100,7 @@ describe('tusk CLI', () => {
     );
     const bad = await tusk(env(), 'tenants', 'set', 'cli-rated', '--rate', '100');
     expect(bad.code).not.toBe(0);
-    expect(bad.stderr).toMatch(/--rate takes <limit>\/<window ms>/);
+    expect(bad.stderr).toMatch(/^tusk: --rate: takes <limit>\/<window ms>/);
     const badRetention = await tusk(env(), 'tenants', 'set', 'cli-rated', '--retention', 'a while');
     expect(badRetention.stderr).toMatch(/settings\.retention: must be a period like '30 days'/);
   });
@@ -141,7 +141,11 @@ describe('tusk CLI', () => {
       worker.kill('SIGTERM');
     }
     expect(await exited(worker)).toBe(0);
-    expect((await tusk(env(), 'schedules', 'remove', 'cli-nightly')).code).toBe(0);
+    const removed = await tusk(env(), 'schedules', 'remove', 'cli-nightly');
+    expect(removed).toMatchObject({
+      code: 0,
+      stdout: 'removed schedule cli-nightly (its ticks enqueued ahead and not started are cancelled)\n',
+    });
     const gone = await tusk(env(), 'schedules', 'remove', 'cli-nightly');
     expect(gone.code).toBe(1);
     expect(gone.stderr).toMatch(/no schedule named cli-nightly/);
@@ -168,7 +172,7 @@ describe('tusk CLI', () => {
     expect(badJson.stderr).toMatch(/^tusk: payload: is not valid JSON/);
     const badDelay = await tusk(env(), 'enqueue', 'hello', '{}', '--delay', '-5');
     expect(badDelay.code).not.toBe(0);
-    expect(badDelay.stderr).toMatch(/--delay must be an integer from 0 to 3155760000000 \(got "-5"\)/);
+    expect(badDelay.stderr).toBe('tusk: --delay: must be an integer from 0 to 3155760000000 (got "-5")\n');
     const missing = await tusk(env(), 'status', '123456789');
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/no job with id 123456789/);
@@ -182,9 +186,9 @@ describe('tusk CLI', () => {
     worker.stderr?.on('data', (d) => {
       stderr += d;
     });
-    await eventually(() => (stderr.match(/cannot reach the database/g) ?? []).length >= 2, 10_000);
+    await eventually(() => (stderr.match(/waiting for the database/g) ?? []).length >= 2, 10_000);
     expect(stderr).toMatch(
-      /the worker cannot reach the database \(connect ECONNREFUSED 127\.0\.0\.1:1\); retrying in 0\.5 s/,
+      /^tusk: the worker is waiting for the database: cannot connect to 127\.0\.0\.1:1: connection refused \(DATABASE_URL\); retrying in 0\.5 s\n/,
     );
     expect(worker.exitCode).toBeNull();
     worker.kill('SIGTERM');

@@ -1,11 +1,12 @@
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Listening } from '../src/index.js';
 import { useTestDb } from './helpers.js';
+import { CHROMIUM, chromiumPresent, needs } from './services.js';
 
 // The dashboard in real headless Chromium (Debian's `chromium`, installed by .ci/run).
-const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const browserHere = needs(chromiumPresent());
 const ARTIFACTS = new URL('../test-artifacts/', import.meta.url).pathname;
 const ADMIN = 'dashboard-test-admin-token';
 
@@ -16,8 +17,7 @@ let page: Page;
 const pageErrors: Error[] = [];
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM))
-    throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium, or set CHROMIUM_PATH`);
+  if (!browserHere.available) return;
   mkdirSync(ARTIFACTS, { recursive: true });
   listening = await (await db.tusk.server({ adminToken: ADMIN })).listen({ port: 0 });
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
@@ -91,5 +91,58 @@ describe('dashboard', () => {
     expect(await page.getByRole('button', { name: 'Retry' }).isDisabled()).toBe(true);
     await page.screenshot({ path: `${ARTIFACTS}dashboard-retried-job.png`, fullPage: true });
     expect(pageErrors).toEqual([]);
+  });
+
+  it('a job that does not exist: the page says so, what may have happened and where to go; updates stay on', async () => {
+    for (const id of ['987654321', 'abc']) {
+      await page.goto(`${listening.url}/?refresh=250#/jobs/${id}`);
+      await page.getByRole('heading', { name: `No job ${id}` }).waitFor();
+      const text = await page.locator('main').textContent();
+      expect(text).toContain(`There is no job with id ${id} that this token may see.`);
+      expect(text).toContain('retention');
+      await expect.poll(() => page.locator('#live').getAttribute('class'), { timeout: 5_000 }).toBe('live ok');
+    }
+    await page.screenshot({ path: `${ARTIFACTS}dashboard-no-job.png`, fullPage: true });
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('a server that stops answering: the page says so and what to do, and carries on when it is back', async () => {
+    const server = await db.tusk.server({ adminToken: ADMIN });
+    let other = await server.listen({ port: 0 });
+    const port = Number(new URL(other.url).port);
+    const tab = await browser.newPage();
+    try {
+      // signed in, then the server stops
+      await tab.goto(`${other.url}/?refresh=250`);
+      await tab.getByLabel('token').fill(ADMIN);
+      await tab.getByRole('button', { name: 'Sign in' }).click();
+      await tab.locator('[data-count="available"]').waitFor();
+      await other.close();
+      await expect
+        .poll(() => tab.locator('#live-text').textContent(), { timeout: 10_000 })
+        .toBe('server unreachable · retrying');
+      expect(await tab.locator('#toast').textContent()).toMatch(
+        /^Cannot reach the Tusk server at 127\.0\.0\.1:\d+: it has stopped, or the network is down\. Start it again/,
+      );
+
+      // the sign-in screen, then the server stops before the token is sent
+      other = await server.listen({ port });
+      await tab.getByRole('button', { name: 'Sign out' }).click();
+      await tab.getByLabel('token').waitFor();
+      await other.close();
+      await tab.getByLabel('token').fill(ADMIN);
+      await tab.getByRole('button', { name: 'Sign in' }).click();
+      await tab.getByRole('heading', { name: 'The server does not answer' }).waitFor();
+      expect(await tab.locator('#live-text').textContent()).toBe('server unreachable · retrying');
+      await tab.screenshot({ path: `${ARTIFACTS}dashboard-unreachable.png`, fullPage: true });
+
+      // back: the page gets there by itself
+      other = await server.listen({ port });
+      await tab.locator('[data-count="available"]').waitFor({ timeout: 10_000 });
+      await expect.poll(() => tab.locator('#live').getAttribute('class'), { timeout: 5_000 }).toBe('live ok');
+    } finally {
+      await tab.close();
+      await other.close().catch(() => {});
+    }
   });
 });

@@ -4,6 +4,9 @@ import { bullmqSink, type Drainer, type Logger, type Sink, StagedJob, TuskValida
 import { testQueue } from './bullmq.js';
 import { lostMidSend } from './drain-race.js';
 import { eventually, sleep, useTestDb } from './helpers.js';
+import { needs, redisPresent } from './services.js';
+
+const redisHere = await redisPresent();
 
 const db = useTestDb(import.meta.url);
 const stagedCount = () => db.tusk.stagedCount();
@@ -91,49 +94,56 @@ describe("the 'tusk' sink", () => {
     await sleep(100);
     const t0 = Date.now();
     await stage([{ task: 'woken' }]);
-    await eventually(async () => (await db.rows("SELECT 1 FROM $schema.jobs WHERE task = 'woken'")).length === 1);
-    expect(Date.now() - t0).toBeLessThan(5000);
+    await eventually(
+      async () => (await db.rows("SELECT 1 FROM $schema.jobs WHERE task = 'woken'")).length === 1,
+      120_000,
+    );
+    // generous: a loaded machine delays it by seconds, the 10-minute poll would by minutes
+    expect(Date.now() - t0).toBeLessThan(60_000);
   });
 });
 
 describe('the BullMQ sink', () => {
-  it('adds staged jobs to BullMQ in order, mapping name, data, delay, attempts and priority', async () => {
-    const main = bullQueue('main');
-    const other = bullQueue('other');
-    await stage(Array.from({ length: 300 }, (_, i) => ({ task: 'bull', payload: { i }, queue: main.name })));
-    await stage([
-      { task: 'bull_opts', payload: 'x', queue: other.name, delayMs: 60_000, maxAttempts: 4 },
-      { task: 'bull_prio', payload: 'y', queue: other.name, priority: 5 },
-    ]);
-    await startDrainer({ sink: bullmqSink(), batchSize: 128 });
-    await eventually(async () => (await stagedCount()) === 0);
-    const jobs = await main.jobs();
-    expect(jobs.map((j) => j.data)).toEqual(Array.from({ length: 300 }, (_, i) => ({ i })));
-    expect(new Set(jobs.map((j) => j.name))).toEqual(new Set(['bull']));
-    const [delayed, prioritized] = [...(await other.jobs())].sort((a, b) => a.name.localeCompare(b.name));
-    expect(delayed).toMatchObject({ name: 'bull_opts', data: 'x', opts: { attempts: 4 } });
-    expect(delayed?.opts.delay).toBeGreaterThan(55_000);
-    expect(prioritized).toMatchObject({ name: 'bull_prio', data: 'y', opts: { priority: 5 } });
-  });
+  describe('with Redis', () => {
+    needs(redisHere);
+    it('adds staged jobs to BullMQ in order, mapping name, data, delay, attempts and priority', async () => {
+      const main = bullQueue('main');
+      const other = bullQueue('other');
+      await stage(Array.from({ length: 300 }, (_, i) => ({ task: 'bull', payload: { i }, queue: main.name })));
+      await stage([
+        { task: 'bull_opts', payload: 'x', queue: other.name, delayMs: 60_000, maxAttempts: 4 },
+        { task: 'bull_prio', payload: 'y', queue: other.name, priority: 5 },
+      ]);
+      await startDrainer({ sink: bullmqSink(), batchSize: 128 });
+      await eventually(async () => (await stagedCount()) === 0);
+      const jobs = await main.jobs();
+      expect(jobs.map((j) => j.data)).toEqual(Array.from({ length: 300 }, (_, i) => ({ i })));
+      expect(new Set(jobs.map((j) => j.name))).toEqual(new Set(['bull']));
+      const [delayed, prioritized] = [...(await other.jobs())].sort((a, b) => a.name.localeCompare(b.name));
+      expect(delayed).toMatchObject({ name: 'bull_opts', data: 'x', opts: { attempts: 4 } });
+      expect(delayed?.opts.delay).toBeGreaterThan(55_000);
+      expect(prioritized).toMatchObject({ name: 'bull_prio', data: 'y', opts: { priority: 5 } });
+    });
 
-  it('idempotent: a batch sent twice is added once (non-idempotent: twice)', async () => {
-    const q = bullQueue('idem');
-    await stage(Array.from({ length: 50 }, (_, i) => ({ task: 'twice', payload: i })));
-    const rows = await db.rows<ConstructorParameters<typeof StagedJob>[0]>(
-      "SELECT id::text, task, payload::text AS payload, options, staged_at FROM $schema.staged_jobs WHERE task = 'twice' ORDER BY id",
-    );
-    const batch = rows.map((r) => new StagedJob(r));
-    const context = { client: db.pool, schema: db.schema, signal: new AbortController().signal };
-    const idempotent = bullmqSink({ queue: q.name, idempotent: true });
-    await idempotent.send(batch, context);
-    await idempotent.send(batch, context);
-    await idempotent.close?.();
-    expect(await q.jobs()).toHaveLength(50);
-    const plain = bullmqSink({ queue: q.name });
-    await plain.send(batch, context);
-    await plain.close?.();
-    expect(await q.jobs()).toHaveLength(100);
-    await db.rows("DELETE FROM $schema.staged_jobs WHERE task = 'twice'");
+    it('idempotent: a batch sent twice is added once (non-idempotent: twice)', async () => {
+      const q = bullQueue('idem');
+      await stage(Array.from({ length: 50 }, (_, i) => ({ task: 'twice', payload: i })));
+      const rows = await db.rows<ConstructorParameters<typeof StagedJob>[0]>(
+        "SELECT id::text, task, payload::text AS payload, options, staged_at FROM $schema.staged_jobs WHERE task = 'twice' ORDER BY id",
+      );
+      const batch = rows.map((r) => new StagedJob(r));
+      const context = { client: db.pool, schema: db.schema, signal: new AbortController().signal };
+      const idempotent = bullmqSink({ queue: q.name, idempotent: true });
+      await idempotent.send(batch, context);
+      await idempotent.send(batch, context);
+      await idempotent.close?.();
+      expect(await q.jobs()).toHaveLength(50);
+      const plain = bullmqSink({ queue: q.name });
+      await plain.send(batch, context);
+      await plain.close?.();
+      expect(await q.jobs()).toHaveLength(100);
+      await db.rows("DELETE FROM $schema.staged_jobs WHERE task = 'twice'");
+    });
   });
 
   it('unreachable Redis: retries with growing backoff, logs clearly, rows stay staged', async () => {

@@ -69,7 +69,7 @@ describe('history partitions and retention', () => {
     await insertHistory('rot-short', 40, 6, 3_000_000);
     await db.tusk.tenants.set('rot-short', { retention: '5 days' });
     await db.tusk.tenants.setDefault({ retention: '30 days' });
-    expect(await db.tusk.tenants.get('rot-short')).toMatchObject({ retention: '5 days', ownRetention: '5 days' });
+    expect(await db.tusk.tenants.get('rot-short'))?.toMatchObject({ retention: '5 days', ownRetention: '5 days' });
     expect(await db.tusk.tenants.getDefault()).toEqual({ slots: null, retention: '30 days' });
     expect(await db.tusk.tenants.set('rot-b', {})).toMatchObject({ retention: '30 days', ownRetention: null });
 
@@ -106,7 +106,7 @@ describe('history partitions and retention', () => {
       expect(await count(tenant, 9)).toBeGreaterThan(0);
     }
     await db.tusk.tenants.set('rot-long', { retention: null });
-    expect((await db.tusk.tenants.get('rot-long')).retention).toBe('10 days');
+    expect((await db.tusk.tenants.get('rot-long'))?.retention).toBe('10 days');
   });
 
   it('one process at a time: a second upkeep while one runs does nothing', async () => {

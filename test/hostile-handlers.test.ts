@@ -112,15 +112,14 @@ describe('handlers that never return', () => {
       },
     });
     await worker.start();
-    const started = Date.now();
     const [hung, fine] = await runAll('hangs', ['hang', 'fine'], 2);
     expect(hung).toMatchObject({ state: 'dead', attempts: 2 });
     expect(hung?.errors.map((e) => [e.name, e.message])).toEqual([
       ['JobTimeoutError', 'the job ran past its timeout of 200 ms'],
       ['JobTimeoutError', 'the job ran past its timeout of 200 ms'],
     ]);
+    // with one slot, the fine job ran only because the hung one let go of it
     expect(fine).toMatchObject({ state: 'succeeded', result: 'ran' });
-    expect(Date.now() - started).toBeLessThan(10_000);
     await worker.stop();
   });
 

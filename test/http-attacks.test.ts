@@ -354,7 +354,7 @@ describe('3. a server without auth cannot be driven by another site', () => {
       await new Promise((resolve) => site.close(resolve));
     }
     expect(await bare.rows(`SELECT id FROM $schema.jobs WHERE task = 'planted'`)).toEqual([]);
-    expect((await bare.tusk.tenants.get('victim')).paused).toBe(false);
+    expect((await bare.tusk.tenants.get('victim'))?.paused).toBe(false);
     expect((await bare.tusk.getJob(dead))?.state).toBe('dead');
   });
 });

@@ -48,19 +48,20 @@ describe('named queues with weights (seed 004)', () => {
     const { ids } = await db.tusk.enqueueMany(
       Array.from({ length: 50 }, () => ({ task: 'noop', queue: 'lw-default' })),
     );
+    // a poll every 10 minutes: 50 jobs one claim at a time finish within the wait below
+    // only if an empty high-weight queue never makes the worker wait for its poll
     const worker = db.worker({
       queues: [
         ['lw-critical', 8],
         ['lw-default', 1],
       ],
       prefetch: 0,
+      pollMs: 600_000,
       tasks: { noop: () => {} },
     });
-    const t0 = Date.now();
     await worker.start();
-    await eventually(() => emptyQueue('lw-default'), 5_000);
+    await eventually(() => emptyQueue('lw-default'), 120_000);
     await worker.stop();
-    expect(Date.now() - t0).toBeLessThan(2_000);
     expect((await db.tusk.getJob(ids[49] as string))?.state).toBe('succeeded');
   });
 
@@ -135,13 +136,30 @@ describe('retry policies (seed 004)', () => {
     expect(revived).toMatchObject({ state: 'available', attempts: 0 });
     expect(revived?.errors).toHaveLength(1); // the old attempt's error is kept
     expect(await db.tusk.retryAll({ task: 'boom', queue: 'rp3', state: 'dead' })).toBe(2);
-    expect(await db.tusk.retry('987654321')).toBe(false);
+    expect(await db.tusk.retry('987654321')).toBeNull();
 
     const fixed = db.worker({ queues: ['rp3'], tasks: { boom: () => 'fixed' } });
     await fixed.start();
     for (const id of ids) expect(await finished(id)).toMatchObject({ state: 'succeeded', result: 'fixed' });
     await fixed.stop();
     expect(await db.tusk.retry(ids[0] as string)).toBe(false); // succeeded jobs are not re-run
+  });
+
+  it('one not-found convention: an unknown id or name reads as null, never throws', async () => {
+    const unknown = '987654320';
+    expect(await db.tusk.getJob(unknown)).toBeNull();
+    expect(await db.tusk.cancel(unknown)).toBeNull();
+    expect(await db.tusk.retry(unknown)).toBeNull();
+    expect(await db.tusk.tenants.get('nf-nobody')).toBeNull();
+    expect(await db.tusk.schedules.get('nf-nothing')).toBeNull();
+    expect(await db.tusk.schedules.remove('nf-nothing')).toBe(false);
+    // known: a job that can be neither cancelled nor retried now says so by its state / false
+    const { id } = await db.tusk.enqueue('nf', {}, { queue: 'nf', delayMs: 60_000 });
+    expect(await db.tusk.retry(id)).toBe(false);
+    expect(await db.tusk.cancel(id)).toBe('cancelled');
+    expect(await db.tusk.retry(id)).toBe(true);
+    expect((await db.tusk.tenants.get('default'))?.tenant).toBe('default');
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'nf'`);
   });
 });
 
@@ -283,11 +301,13 @@ describe('delayed jobs (seed 004)', () => {
     }
   });
 
-  it('never start early, and start within 100 ms of their time with an idle worker', async () => {
-    const starts = new Map<string, number>();
+  it('never start early, start in due order, and wake an idle worker by their time, not its poll', async () => {
+    const starts: Array<{ id: string; at: number }> = [];
+    // a poll every 10 minutes: the jobs can only start this soon if the worker wakes for each one's time
     const worker = db.worker({
       queues: ['delayed'],
-      tasks: { at: (_p, ctx) => void starts.set(ctx.job.id, Date.now()) },
+      pollMs: 600_000,
+      tasks: { at: (_p, ctx) => void starts.push({ id: ctx.job.id, at: Date.now() }) },
     });
     await worker.start();
     const base = Date.now();
@@ -296,13 +316,15 @@ describe('delayed jobs (seed 004)', () => {
       { task: 'at', queue: 'delayed', runAt: new Date(base + 600) },
       { task: 'at', queue: 'delayed', delayMs: 900 },
     ]);
-    await eventually(() => starts.size === 3, 5_000);
+    await eventually(() => starts.length === 3, 120_000);
     await worker.stop();
+    expect(starts.map((s) => s.id)).toEqual(ids);
     const due = [300, 600, 900];
     ids.forEach((id, i) => {
-      const late = (starts.get(id) as number) - base - (due[i] as number);
+      const late = (starts.find((s) => s.id === id)?.at as number) - base - (due[i] as number);
       expect(late).toBeGreaterThanOrEqual(0);
-      expect(late).toBeLessThan(100);
+      // generous: a loaded machine delays a wake-up by seconds, the poll would by minutes
+      expect(late).toBeLessThan(60_000);
     });
   });
 });

@@ -137,7 +137,7 @@ async function check(s: Scenario): Promise<void> {
       } else {
         const i = Math.floor(Math.random() * names.length);
         const current = await db.tusk.tenants.get(names[i] as string);
-        if (current.slots !== null) await db.tusk.tenants.set(names[i] as string, { slots: current.slots + 1 });
+        if (current?.slots) await db.tusk.tenants.set(names[i] as string, { slots: current.slots + 1 });
       }
     }
   };
@@ -162,7 +162,7 @@ async function check(s: Scenario): Promise<void> {
   );
   expect(ended.reduce((n, r) => n + r.n, 0)).toBe(ids.length);
   expect(ended.every((r) => ['succeeded', 'dead', 'cancelled'].includes(r.state))).toBe(true);
-  for (const name of names) expect((await db.tusk.tenants.get(name)).running).toBe(0);
+  for (const name of names) expect((await db.tusk.tenants.get(name))?.running).toBe(0);
   const [lost] = await db.rows<{ n: number }>(
     `SELECT count(*)::int AS n FROM $schema.job_history
      WHERE queue = $1 AND errors @> '[{"name": "LostJobError"}]'`,

@@ -3,7 +3,7 @@
 // line that stops being an error fails both.
 import { describe, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
-import { type DefinedTask, defineTask, type Enqueued, type JobContext, Tusk } from '../src/index.js';
+import { type DefinedTask, defineTask, type Enqueued, type Job, type JobContext, Tusk } from '../src/index.js';
 
 const sendEmail = defineTask('send_email', {
   schema: z.object({ to: z.email(), subject: z.string(), retries: z.number().default(3) }),
@@ -105,6 +105,24 @@ describe('a Tusk with typed tasks', () => {
     expectTypeOf(tusk.untyped).toEqualTypeOf<Tusk>();
   });
 
+  it('types getJob: a union by task name, narrowed by job.task to its payload and result', async () => {
+    const job = await tusk.getJob('1');
+    if (job?.task === 'send_email') {
+      expectTypeOf(job.payload).toEqualTypeOf<{ to: string; subject: string; retries?: number | undefined }>();
+      expectTypeOf(job.result).toEqualTypeOf<{ messageId: string } | null>();
+    }
+    if (job?.task === 'resize') {
+      expectTypeOf(job.payload).toEqualTypeOf<{ url: string; width?: number }>();
+      expectTypeOf(job.result).toEqualTypeOf<number | null>();
+      // @ts-expect-error a resize payload has no subject
+      void job.payload.subject;
+    }
+    expectTypeOf(job?.task).toEqualTypeOf<'send_email' | 'resize' | 'ping' | undefined>();
+    // @ts-expect-error not a task of the list
+    if (job?.task === 'send_emial') void job;
+    expectTypeOf(await tusk.untyped.getJob('1')).toEqualTypeOf<Job | null>();
+  });
+
   it('gives the list to workers', () => {
     tusk.worker({ tasks: [sendEmail, resize], concurrency: 4 });
     tusk.worker({ tasks: { legacy: (payload: { n: number }) => payload.n } });
@@ -125,6 +143,13 @@ describe('an untyped Tusk', () => {
     tusk.enqueue('anything');
     tusk.enqueue('x' as string, 42, { queue: 'q' });
     tusk.enqueueMany([{ task: 'x', payload: [1] }, { task: 'y' }]);
+  });
+
+  it('reads jobs as Job (any task, unknown payload and result)', async () => {
+    const tusk = new Tusk();
+    const job = await tusk.getJob('1');
+    expectTypeOf(job?.payload).toEqualTypeOf<unknown>();
+    expectTypeOf(job?.task).toEqualTypeOf<string | undefined>();
   });
 
   it('stays untyped with a tasks object', () => {

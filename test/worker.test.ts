@@ -3,11 +3,11 @@ import type { Job, JobContext } from '../src/index.js';
 import { eventually, sleep, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
-const finished = (id: string) =>
+const finished = (id: string, timeoutMs = 10_000) =>
   eventually(async () => {
     const job = await db.tusk.getJob(id);
     return job && ['succeeded', 'dead', 'cancelled', 'expired'].includes(job.state) ? job : null;
-  });
+  }, timeoutMs);
 const stateOf = async (id: string) => (await db.tusk.getJob(id))?.state;
 
 describe('worker', () => {
@@ -35,8 +35,11 @@ describe('worker', () => {
       error: null,
     });
     expect(job.runMs).toBeGreaterThanOrEqual(25);
+    // the wait is from when it could run to when it started: read back from its times
     expect(job.waitMs).toBeGreaterThanOrEqual(0);
-    expect(job.waitMs).toBeLessThan(1000);
+    expect(Math.abs((job.waitMs ?? -1) - ((job.startedAt?.getTime() ?? 0) - job.runAt.getTime()))).toBeLessThanOrEqual(
+      1,
+    );
     expect(job.finishedAt?.getTime()).toBeGreaterThanOrEqual(job.startedAt?.getTime() ?? Number.POSITIVE_INFINITY);
   });
 
@@ -65,10 +68,11 @@ describe('worker', () => {
     expect(order).toEqual(expected);
   });
 
-  it('does not start a delayed job early, and starts it promptly when due', async () => {
+  it('does not start a delayed job early, and starts it when due without waiting for a poll', async () => {
     let startedAt = 0;
     const worker = db.worker({
       queues: ['delay'],
+      pollMs: 600_000,
       tasks: {
         later: () => {
           startedAt = Date.now();
@@ -78,10 +82,11 @@ describe('worker', () => {
     await worker.start();
     const enqueuedAt = Date.now();
     const { id } = await db.tusk.enqueue('later', {}, { queue: 'delay', delayMs: 700 });
-    await finished(id);
+    await finished(id, 60_000);
     await worker.stop();
     expect(startedAt - enqueuedAt).toBeGreaterThanOrEqual(700);
-    expect(startedAt - enqueuedAt).toBeLessThan(700 + 400);
+    // generous: a loaded machine delays the wake-up by seconds, the 10-minute poll would by minutes
+    expect(startedAt - enqueuedAt).toBeLessThan(60_000);
   });
 
   it('retries a failing job with backoff until dead, keeping every attempt error', async () => {
@@ -274,14 +279,13 @@ describe('graceful stop', () => {
     await worker.start();
     const { id } = await db.tusk.enqueue('stuck', {}, { queue: 'stop2' });
     await eventually(async () => (await stateOf(id)) === 'running');
-    const t0 = Date.now();
+    // the handler never settles: stop() returns only because the grace period ends it
     await worker.stop();
-    expect(Date.now() - t0).toBeLessThan(2000);
     expect(signalled).toBe(true);
     const job = await db.tusk.getJob(id);
     expect(job).toMatchObject({ state: 'available', attempts: 1 });
     expect(job?.error?.name).toBe('WorkerStoppingError');
-    expect((await db.tusk.tenants.get('default')).running).toBe(0);
+    expect((await db.tusk.tenants.get('default'))?.running).toBe(0);
   });
 
   it('gives back jobs claimed ahead but not started, without counting an attempt', async () => {

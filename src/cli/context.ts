@@ -1,6 +1,8 @@
-import { type Command, InvalidArgumentError } from 'commander';
-import { isConnectionError } from '../errors.js';
+import type { Command } from 'commander';
+import { checkConnectionString } from '../db/url.js';
+import { isConnectionError, TuskValidationError } from '../errors.js';
 import { Tusk } from '../tusk.js';
+import { databaseErrorLine, type UrlSource } from './errors.js';
 
 /** Options every command takes. */
 export interface GlobalOptions {
@@ -8,14 +10,33 @@ export interface GlobalOptions {
   schema?: string;
 }
 
+/**
+ * The connection string of a command and where it came from: `--database-url`, else
+ * DATABASE_URL, else none (the embedded server). Refuses one that is not a PostgreSQL URL.
+ */
+export function urlSource(command: Command): UrlSource {
+  const flag = command.optsWithGlobals<GlobalOptions>().databaseUrl;
+  const source: UrlSource = flag
+    ? { url: flag, from: '--database-url' }
+    : process.env.DATABASE_URL
+      ? { url: process.env.DATABASE_URL, from: 'DATABASE_URL' }
+      : { url: undefined, from: null };
+  if (source.url && source.from) checkConnectionString(source.url, source.from);
+  return source;
+}
+
 /** A Tusk for a CLI command: `--database-url`, else DATABASE_URL, else embedded. */
 export function tuskFor(command: Command): Tusk {
-  const options = command.optsWithGlobals<GlobalOptions>();
+  const { url } = urlSource(command);
+  const { schema } = command.optsWithGlobals<GlobalOptions>();
   return new Tusk({
-    ...(options.databaseUrl ? { connectionString: options.databaseUrl } : {}),
-    ...(options.schema ? { schema: options.schema } : {}),
+    ...(url ? { connectionString: url } : {}),
+    ...(schema ? { schema } : {}),
   });
 }
+
+/** An option's bad value, reported like the API's: `tusk: --delay: must be ...`. */
+export const optionError = (flag: string, message: string) => new TuskValidationError(flag, message);
 
 /**
  * Parses an integer option, with the option's name and the value in the error. Decimal
@@ -26,7 +47,7 @@ export function intOption(name: string, min = 0, max?: number) {
   return (value: string): number => {
     const n = /^-?\d{1,16}$/.test(value) ? Number(value) : Number.NaN;
     if (!Number.isSafeInteger(n) || n < min || (max !== undefined && n > max)) {
-      throw new InvalidArgumentError(`${name} must be an integer ${range} (got ${JSON.stringify(value)})`);
+      throw optionError(name, `must be an integer ${range} (got ${JSON.stringify(value)})`);
     }
     return n;
   };
@@ -66,6 +87,7 @@ export function runUntilSignal(what: string, stop: () => Promise<void>): Promise
 export async function startPatiently<T extends { start(): Promise<void> }>(
   make: () => T,
   what: string,
+  source: UrlSource,
 ): Promise<T | null> {
   let signalled = false;
   let wake = () => {};
@@ -83,9 +105,8 @@ export async function startPatiently<T extends { start(): Promise<void> }>(
         return started;
       } catch (error) {
         if (!isConnectionError(error)) throw error;
-        console.error(
-          `tusk: ${what} cannot reach the database (${(error as Error).message}); retrying in ${delayMs / 1000} s`,
-        );
+        const why = databaseErrorLine(error, source) ?? (error as Error).message;
+        console.error(`tusk: ${what} is waiting for the database: ${why}; retrying in ${delayMs / 1000} s`);
       }
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, delayMs);

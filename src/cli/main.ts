@@ -14,6 +14,8 @@ import { statusCommand } from './commands/status.js';
 import { tenantsCommand } from './commands/tenants.js';
 import { tokensCommand } from './commands/tokens.js';
 import { workerCommand } from './commands/worker.js';
+import { urlSource } from './context.js';
+import { databaseErrorLine } from './errors.js';
 
 const program = new Command('tusk')
   .description(
@@ -22,8 +24,30 @@ const program = new Command('tusk')
   .version(VERSION)
   .option('--database-url <url>', 'PostgreSQL connection string (default: DATABASE_URL, else embedded)')
   .option('--schema <name>', "schema of Tusk's tables (default: TUSK_SCHEMA, else tusk)")
-  .showHelpAfterError()
+  .configureOutput({
+    // commander's own errors (unknown option, missing argument...) in the style of the others
+    outputError: (text, write) =>
+      write(
+        `${text
+          .trim()
+          .replace(/^error: /, 'tusk: ')
+          .replace(/\s*\n\s*/g, ' ')} (see ${helpOf(process.argv.slice(2))})\n`,
+      ),
+  })
   .exitOverride();
+
+/** The help that applies to these arguments: `tusk enqueue --help`, `tusk schedules set --help`... */
+function helpOf(args: string[]): string {
+  const words: string[] = [];
+  let at: Command = program;
+  for (const arg of args) {
+    const next = at.commands.find((c) => c.name() === arg || c.aliases().includes(arg));
+    if (!next) continue;
+    words.push(next.name());
+    at = next;
+  }
+  return ['tusk', ...words, '--help'].join(' ');
+}
 
 for (const register of [
   migrateCommand,
@@ -45,13 +69,17 @@ for (const register of [
 try {
   await program.parseAsync();
 } catch (error) {
-  if (error instanceof CommanderError) {
-    process.exitCode = error.exitCode;
-  } else if (error instanceof TuskError) {
+  process.exitCode = error instanceof CommanderError ? error.exitCode : 1;
+  if (error instanceof TuskError) {
     console.error(`tusk: ${error.message}`);
-    process.exitCode = 1;
-  } else {
-    console.error(error);
-    process.exitCode = 1;
+  } else if (!(error instanceof CommanderError)) {
+    // a database failure in one line; anything else is a bug, with its stack
+    let line: string | null = null;
+    try {
+      line = databaseErrorLine(error, urlSource(program));
+    } catch {
+      // a bad URL was refused already
+    }
+    console.error(line ? `tusk: ${line}` : error);
   }
 }

@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/queryable.js';
-import { TuskNotFoundError, TuskValidationError } from '../errors.js';
+import { TuskError, TuskValidationError } from '../errors.js';
 import {
   deleteSchedule,
   putSchedules,
@@ -69,14 +69,17 @@ export class Schedules {
   async set(name: string, cron: string, options: ScheduleOptions = {}): Promise<ScheduleInfo> {
     const input = this.#input(name, cron, options, 'api', '');
     await putSchedules(await this.#host.db(), this.#host.schema, [input]);
-    return this.get(input.name);
+    const info = await this.get(input.name);
+    // written just now: only a concurrent remove takes it away
+    if (!info) throw new TuskError(`schedule ${JSON.stringify(input.name)} was removed right after being set`);
+    return info;
   }
 
-  /** A schedule; throws TuskNotFoundError if there is none of that name. */
-  async get(name: string): Promise<ScheduleInfo> {
+  /** A schedule; null if there is none of that name. */
+  async get(name: string): Promise<ScheduleInfo | null> {
     const key = parse(nameSchema(200), name, 'name');
     const [row] = await selectSchedules(await this.#host.db(), this.#host.schema, key);
-    if (!row) throw new TuskNotFoundError(`unknown schedule ${JSON.stringify(key)}`);
+    if (!row) return null;
     return toScheduleInfo(row);
   }
 

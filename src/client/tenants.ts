@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { Queryable } from '../db/queryable.js';
-import { TuskNotFoundError } from '../errors.js';
+import { TuskError } from '../errors.js';
 import { updateRetention } from '../queries/history.js';
 import {
   selectDefaults,
@@ -107,14 +107,17 @@ export class Tenants {
     const name = parse(tenantName, tenant, 'tenant');
     const s = parse(settingsSchema, settings, 'settings') as TenantSettings;
     await upsertTenant(await this.#db(), this.#schema, name, s);
-    return this.get(name);
+    const info = await this.get(name);
+    // written just now: only a concurrent drop of the schema takes it away
+    if (!info) throw new TuskError(`tenant ${JSON.stringify(name)} is gone right after being set`);
+    return info;
   }
 
-  /** A tenant; throws TuskNotFoundError if it has neither settings nor unfinished jobs. */
-  async get(tenant: string): Promise<TenantInfo> {
+  /** A tenant; null if it has neither settings nor unfinished jobs. */
+  async get(tenant: string): Promise<TenantInfo | null> {
     const name = parse(tenantName, tenant, 'tenant');
     const [row] = await selectTenants(await this.#db(), this.#schema, name);
-    if (!row) throw new TuskNotFoundError(`unknown tenant ${JSON.stringify(name)}: it has no settings and no jobs`);
+    if (!row) return null;
     return toTenantInfo(row);
   }
 

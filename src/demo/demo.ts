@@ -1,6 +1,7 @@
 import { relative } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { renderTable } from '../cli/table.js';
+import { startEmbedded } from '../db/embedded.js';
 import { dropSchema } from '../migrate/migrate.js';
 import { countByState, firstJobId, summarizeHistory } from '../queries/stats.js';
 import { Tusk } from '../tusk.js';
@@ -39,6 +40,11 @@ function cliCommand(): string {
     ? 'npx tusk'
     : `node ${relative(process.cwd(), script)}`;
 }
+/** A path relative to the working directory when it is inside it. */
+function shortPath(path: string): string {
+  const rel = relative(process.cwd(), path);
+  return rel && !rel.startsWith('..') ? `./${rel}` : path;
+}
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const between = (min: number, max: number) => min + Math.random() * (max - min);
 
@@ -53,15 +59,19 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const total = options.jobs ?? (quick ? 400 : 3000);
   const schema = options.schema ?? 'tusk_demo';
   const scale = quick ? 0.25 : 1;
+  const url = options.connectionString ?? process.env.DATABASE_URL;
+  // no URL: the demo starts the embedded server itself, to say where it is (and what
+  // running as root took: a copy of the binaries, a data folder the postgres user can reach)
+  const say = (_: object, msg?: string) => void (msg && out.write(`${msg}\n`));
+  const embedded = url ? null : await startEmbedded({}, { debug() {}, info: say, warn: say, error: say });
   const tusk = new Tusk({
     schema,
     logger: false,
-    ...(options.connectionString ? { connectionString: options.connectionString } : {}),
+    connectionString: url ?? embedded?.connectionString,
   });
   try {
     const pool = await tusk.pool();
-    const where =
-      options.connectionString || process.env.DATABASE_URL ? 'your database' : 'an embedded PostgreSQL in ./.tusk/pg';
+    const where = embedded ? `an embedded PostgreSQL in ${shortPath(embedded.dataDir)}` : 'your database';
     out.write(
       `Tusk demo: ${total} jobs for ${TENANTS.length} tenants on 2 queues, in schema "${schema}" of ${where}\n`,
     );
@@ -173,5 +183,6 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     return { jobs: total, succeeded: counts.get('succeeded') ?? 0, dead: counts.get('dead') ?? 0, seconds };
   } finally {
     await tusk.close();
+    await embedded?.stop();
   }
 }

@@ -11,7 +11,7 @@ export interface BullMQJob {
 
 /** Options of `bullmqSink`. */
 export interface BullMQSinkOptions {
-  /** A Redis URL (default `redis://127.0.0.1:6379`), or your own ioredis client. */
+  /** A Redis URL (default `REDIS_URL`, else `redis://127.0.0.1:6379`), or your own ioredis client. */
   connection?: string | RedisClientLike;
   /** BullMQ's key prefix (default BullMQ's, `bull`). */
   prefix?: string;
@@ -59,7 +59,8 @@ type RedisCtor = new (url: string, options: Record<string, unknown>) => RedisCli
  * await drainer.start();
  */
 export function bullmqSink(options: BullMQSinkOptions = {}): Sink {
-  const url = typeof options.connection === 'string' ? options.connection : 'redis://127.0.0.1:6379';
+  const url =
+    typeof options.connection === 'string' ? options.connection : (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379');
   const own = typeof options.connection !== 'object';
   const queues = new Map<string, QueueLike>();
   let redis: Promise<RedisClientLike> | null = null;

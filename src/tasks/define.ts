@@ -1,6 +1,6 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { nameSchema, parse } from '../client/validate.js';
-import type { EnqueueOptions, JobSpec } from '../types.js';
+import type { EnqueueOptions, Job, JobSpec } from '../types.js';
 import { definitionSchema, type Handler, type NamedTask, type TaskDefinition } from './definition.js';
 
 /**
@@ -59,6 +59,28 @@ export type TaskPayload<L extends TaskList, N extends string> = L[number] extend
       : never
     : never
   : never;
+
+/** What task `N`'s handler returns (`unknown` for an untyped list). */
+export type TaskResult<L extends TaskList, N extends string> = L[number] extends infer D
+  ? D extends DefinedTask<infer Name, unknown, infer Result>
+    ? N extends Name
+      ? Result
+      : never
+    : never
+  : never;
+
+/**
+ * A job of a typed instance: a union by task name, each with its task's payload and
+ * result types, so checking `job.task` narrows them. For an untyped list, `Job`.
+ *
+ * @example
+ * const job = await tusk.getJob(id);
+ * if (job?.task === 'send_email') console.log(job.payload.to, job.result?.messageId);
+ */
+export type TypedJob<L extends TaskList> =
+  string extends TaskName<L>
+    ? Job
+    : { [N in TaskName<L>]: Job<TaskPayload<L, N>, TaskResult<L, N>> & { task: N } }[TaskName<L>];
 
 /**
  * The arguments after the task name: the payload may be left out when it may be

@@ -15,7 +15,8 @@ export default async function setup(project: TestProject) {
   let url = process.env.DATABASE_URL;
   let stop = async () => {};
   if (!url) {
-    const server = await startEmbedded({ dir: '.tusk/test-pg' });
+    const say = (_: object, msg?: string) => void (msg && console.log(`tests: ${msg}`));
+    const server = await startEmbedded({ dir: '.tusk/test-pg' }, { debug() {}, info: say, warn: say, error: say });
     url = server.connectionString;
     stop = () => server.stop();
     console.log(`tests: no DATABASE_URL, using embedded PostgreSQL on port ${server.port}`);

@@ -4,9 +4,8 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 const LAST = ['/chaos.test.ts', '/drain-crash.test.ts'];
 
 /**
- * Runs the fault-injection files last, so that the tests which measure latency (a delayed
- * job starts within 100 ms, a woken worker claims at once) do not share the two cores with
- * a fleet of worker processes and PostgreSQL restarts.
+ * Runs the fault-injection files last, so that the other files do not share the two cores
+ * with a fleet of worker processes and PostgreSQL restarts (their waits stay short).
  */
 export default class FaultsLast extends BaseSequencer {
   override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { runDemo } from '../../demo/demo.js';
 import type { GlobalOptions } from '../context.js';
-import { intOption } from '../context.js';
+import { intOption, urlSource } from '../context.js';
 
 export function demoCommand(program: Command): void {
   program
@@ -13,8 +13,9 @@ export function demoCommand(program: Command): void {
     .option('--quick', 'a short run (400 shorter jobs), for CI')
     .action(async (options: { jobs?: number; quick?: boolean }, command: Command) => {
       const globals = command.optsWithGlobals<GlobalOptions>();
+      const { url } = urlSource(command);
       await runDemo({
-        ...(globals.databaseUrl ? { connectionString: globals.databaseUrl } : {}),
+        ...(url ? { connectionString: url } : {}),
         ...(globals.schema ? { schema: globals.schema } : {}),
         ...(options.jobs ? { jobs: options.jobs } : {}),
         quick: options.quick ?? false,

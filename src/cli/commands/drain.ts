@@ -1,7 +1,7 @@
-import { type Command, InvalidArgumentError } from 'commander';
+import type { Command } from 'commander';
 import { bullmqSink } from '../../drain/bullmq.js';
 import type { Drainer, DrainerOptions } from '../../drain/drainer.js';
-import { intOption, runUntilSignal, startPatiently, tuskFor } from '../context.js';
+import { intOption, optionError, runUntilSignal, startPatiently, tuskFor, urlSource } from '../context.js';
 
 interface Options {
   sink: 'tusk' | 'bullmq';
@@ -16,7 +16,8 @@ interface Options {
 }
 
 const sinkOption = (value: string): Options['sink'] => {
-  if (value !== 'tusk' && value !== 'bullmq') throw new InvalidArgumentError("--sink must be 'tusk' or 'bullmq'");
+  if (value !== 'tusk' && value !== 'bullmq')
+    throw optionError('--sink', `must be 'tusk' or 'bullmq' (got ${JSON.stringify(value)})`);
   return value;
 };
 
@@ -67,7 +68,7 @@ export function drainCommand(program: Command): void {
       if (options.sendTimeoutMs !== undefined) drainerOptions.sendTimeoutMs = options.sendTimeoutMs;
       let started: Drainer | null;
       try {
-        started = await startPatiently(() => tusk.drainer(drainerOptions), 'the drainer');
+        started = await startPatiently(() => tusk.drainer(drainerOptions), 'the drainer', urlSource(command));
       } catch (error) {
         await tusk.close();
         throw error;

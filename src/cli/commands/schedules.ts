@@ -96,7 +96,9 @@ export function schedulesCommand(program: Command): void {
         if (!(await tusk.schedules.remove(name))) {
           console.error(`tusk: no schedule named ${name}`);
           process.exitCode = 1;
+          return;
         }
+        console.log(`removed schedule ${name} (its ticks enqueued ahead and not started are cancelled)`);
       }),
     );
   schedules

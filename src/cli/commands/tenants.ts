@@ -1,8 +1,8 @@
-import { type Command, InvalidArgumentError } from 'commander';
+import type { Command } from 'commander';
 import type { TenantInfo } from '../../client/tenants.js';
 import { TuskValidationError } from '../../errors.js';
 import type { TenantSettings } from '../../queries/tenants.js';
-import { withTusk } from '../context.js';
+import { optionError, withTusk } from '../context.js';
 import { renderTable } from '../table.js';
 
 /** Marks a limit option given as default/none/unlimited (commander turns null into ''). */
@@ -15,9 +15,7 @@ export function rateOption(value: string): TenantSettings['rate'] | typeof RESET
   if (value === 'none') return RESET;
   const match = /^(\d{1,16})\/(\d{1,16})$/.exec(value);
   if (!match) {
-    throw new InvalidArgumentError(
-      `--rate takes <limit>/<window ms> (e.g. 100/60000) or 'none' (got ${JSON.stringify(value)})`,
-    );
+    throw optionError('--rate', `takes <limit>/<window ms> (e.g. 100/60000) or 'none' (got ${JSON.stringify(value)})`);
   }
   return { limit: Number(match[1]), perMs: Number(match[2]) };
 }
@@ -31,9 +29,7 @@ export function limitOption(name: string, words: string[]) {
     if (words.includes(value)) return RESET;
     const n = /^\d{1,16}$/.test(value) ? Number(value) : 0;
     if (n < 1) {
-      throw new InvalidArgumentError(
-        `${name} takes a positive integer or ${words.join('/')} (got ${JSON.stringify(value)})`,
-      );
+      throw optionError(name, `takes a positive integer or ${words.join('/')} (got ${JSON.stringify(value)})`);
     }
     return n;
   };
@@ -83,7 +79,15 @@ export function tenantsCommand(program: Command): void {
     .argument('<tenant>')
     .description('one tenant as JSON')
     .action((tenant: string, _o, command: Command) =>
-      withTusk(command, async (tusk) => console.log(JSON.stringify(await tusk.tenants.get(tenant), null, 2))),
+      withTusk(command, async (tusk) => {
+        const info = await tusk.tenants.get(tenant);
+        if (!info) {
+          console.error(`tusk: no tenant named ${tenant}: it has no settings and no unfinished jobs`);
+          process.exitCode = 1;
+          return;
+        }
+        console.log(JSON.stringify(info, null, 2));
+      }),
     );
   tenants
     .command('set')

@@ -1,18 +1,18 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { type Command, InvalidArgumentError } from 'commander';
+import type { Command } from 'commander';
 import { TuskError } from '../../errors.js';
 import type { Tusk } from '../../tusk.js';
 import type { Tasks, WorkerOptions } from '../../worker/options.js';
-import { intOption, runUntilSignal, startPatiently, tuskFor } from '../context.js';
+import { intOption, optionError, runUntilSignal, startPatiently, tuskFor, urlSource } from '../context.js';
 import { syncCrontabFile } from './schedules.js';
 
 interface Options {
   require: string;
   concurrency?: number;
-  queue: Array<string | [string, number]>;
+  queue?: Array<string | [string, number]>;
   prefetch?: number;
   leaseMs?: number;
   shutdownTimeoutMs?: number;
@@ -21,12 +21,14 @@ interface Options {
 }
 
 /** `-q critical,8` → ['critical', 8]; `-q default` → 'default'. */
-export function parseQueue(value: string, previous: Options['queue']): Options['queue'] {
+export function parseQueue(value: string, previous: Options['queue'] = []): NonNullable<Options['queue']> {
   const [name, weight, extra] = value.split(',');
-  if (!name || extra !== undefined) throw new InvalidArgumentError('-q takes name or name,weight');
+  if (!name || extra !== undefined)
+    throw optionError('--queue', `takes name or name,weight (got ${JSON.stringify(value)})`);
   if (weight === undefined) return [...previous, name];
   const w = Number(weight);
-  if (!(w > 0)) throw new InvalidArgumentError(`the weight of ${name} must be a positive number`);
+  if (!(w > 0))
+    throw optionError('--queue', `the weight of ${name} must be a positive number (got ${JSON.stringify(weight)})`);
   return [...previous, [name, w]];
 }
 
@@ -54,7 +56,7 @@ export async function loadWorkerModule(specifier: string): Promise<WorkerModule>
     throw new TuskError(`cannot find the worker module ${specifier}: not a file here nor an installed package`);
   }
   if (!existsSync(path)) throw new TuskError(`cannot find the worker module ${specifier}: no file ${path}`);
-  const mod = (await import(pathToFileURL(path).href)) as WorkerModule & { default?: WorkerModule };
+  const mod = (await importModule(specifier, path)) as WorkerModule & { default?: WorkerModule };
   const tasks = mod.tasks ?? mod.default?.tasks;
   const setup = mod.setup ?? mod.default?.setup;
   const shutdown = mod.shutdown ?? mod.default?.shutdown;
@@ -70,6 +72,46 @@ export async function loadWorkerModule(specifier: string): Promise<WorkerModule>
   };
 }
 
+/**
+ * Imports a worker module. A TypeScript one goes through tsx, found from the module's own
+ * folder (the project it belongs to), else through Node's own type stripping where Node
+ * has it (22.6 and later); without either, a one-line message says what to do.
+ */
+async function importModule(specifier: string, path: string): Promise<unknown> {
+  const url = pathToFileURL(path).href;
+  if (!/\.[cm]?tsx?$/.test(path)) return import(url);
+  const api = tsxApi(path);
+  if (api) {
+    const tsx = (await import(api)) as { tsImport(specifier: string, parentURL: string): Promise<unknown> };
+    return tsx.tsImport(url, url);
+  }
+  if ((process.features as { typescript?: unknown }).typescript) return import(url);
+  throw new TuskError(
+    `${specifier} is TypeScript and tsx is not installed: run \`npm install --save-dev tsx\` in your project ` +
+      `(tusk then loads .ts modules through it), or compile it and give the .js file`,
+  );
+}
+
+/**
+ * The file URL of tsx's ESM API (`tsx/esm/api`, import condition) as installed for the
+ * module at `path`, or null. Found through tsx's package.json: resolving from another
+ * folder with the import condition is not available on Node 20.
+ */
+function tsxApi(path: string): string | null {
+  let manifest: string;
+  try {
+    manifest = createRequire(path).resolve('tsx/package.json');
+  } catch {
+    return null; // not installed in that project
+  }
+  const { exports } = JSON.parse(readFileSync(manifest, 'utf8')) as {
+    exports?: Record<string, { import?: string | { default?: string } }>;
+  };
+  const entry = exports?.['./esm/api']?.import;
+  const file = typeof entry === 'string' ? entry : entry?.default;
+  return file ? pathToFileURL(join(dirname(manifest), file)).href : null;
+}
+
 export function workerCommand(program: Command): void {
   program
     .command('worker')
@@ -79,7 +121,7 @@ export function workerCommand(program: Command): void {
       'module exporting `tasks` and/or `setup(tusk)` (and optionally `shutdown()`): path or package name',
     )
     .option('-c, --concurrency <n>', 'handlers running at once (default 10)', intOption('--concurrency', 1))
-    .option('-q, --queue <name[,weight]>', 'queue to serve, repeatable (default: all)', parseQueue, [])
+    .option('-q, --queue <name[,weight]>', 'queue to serve, repeatable (default: all queues)', parseQueue)
     .option('--prefetch <n>', "jobs claimed ahead (default 'auto')", intOption('--prefetch'))
     .option('--lease-ms <ms>', 'lease of a claimed job (default 30000)', intOption('--lease-ms', 1))
     .option('--shutdown-timeout-ms <ms>', 'grace period on stop (default 10000)', intOption('--shutdown-timeout-ms'))
@@ -91,7 +133,7 @@ export function workerCommand(program: Command): void {
       await module.setup?.(tusk);
       const workerOptions: WorkerOptions = module.tasks ? { tasks: module.tasks } : {};
       if (options.concurrency !== undefined) workerOptions.concurrency = options.concurrency;
-      if (options.queue.length > 0) workerOptions.queues = options.queue;
+      if (options.queue) workerOptions.queues = options.queue;
       if (options.prefetch !== undefined) workerOptions.prefetch = options.prefetch;
       if (options.leaseMs !== undefined) workerOptions.leaseMs = options.leaseMs;
       if (options.shutdownTimeoutMs !== undefined) workerOptions.shutdownTimeoutMs = options.shutdownTimeoutMs;
@@ -101,7 +143,7 @@ export function workerCommand(program: Command): void {
         await module.shutdown?.();
       };
       try {
-        if (!(await startPatiently(() => tusk.worker(workerOptions), 'the worker'))) {
+        if (!(await startPatiently(() => tusk.worker(workerOptions), 'the worker', urlSource(command)))) {
           await close(); // a signal while the database was out of reach
           process.exit();
         }

@@ -82,7 +82,9 @@ export function adminEndpoints(api: Api): Endpoint[] {
       async handle(c) {
         const tenant = tenantOf(c.req.param('tenant'));
         if (!sees(c.get('principal'), tenant)) throw notFound('tenant');
-        return c.json(await api.tusk.tenants.get(tenant));
+        const info = await api.tusk.tenants.get(tenant);
+        if (!info) throw notFound('tenant');
+        return c.json(info);
       },
     }),
     endpoint({

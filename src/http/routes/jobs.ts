@@ -158,7 +158,9 @@ export function jobEndpoints(api: Api): Endpoint[] {
       },
       async handle(c) {
         const job = await visibleJob(api, c);
-        if (!(await api.tusk.retry(job.id))) {
+        const retried = await api.tusk.retry(job.id);
+        if (retried === null) throw notFound('job');
+        if (!retried) {
           throw new HttpError(
             409,
             'not_retryable',
