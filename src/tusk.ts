@@ -98,10 +98,9 @@ const fetchOptionsSchema = z.strictObject({
 });
 const leaseSchema = z
   .strictObject(
-    { id: z.string().regex(/^[1-9]\d{0,18}$/), attempt: integer(1, 2 ** 31 - 1) },
+    { id: z.string().regex(/^[1-9]\d{0,18}$/), token: z.string().regex(/^[1-9]\d{0,18}$/) },
     {
-      error:
-        'must be the leased job returned by fetch, or { id, attempt }: the attempt tells this lease from a later one',
+      error: 'must be the leased job returned by fetch, or { id, token }: the token tells this lease from any other',
     },
   )
   .loose();
@@ -354,6 +353,7 @@ export class Tusk<L extends TaskList = TaskList> {
     );
     return rows.map((r) => ({
       id: r.id,
+      token: r.lease_token,
       attempt: r.attempts,
       task: r.task,
       tenant: r.tenant,
@@ -373,10 +373,10 @@ export class Tusk<L extends TaskList = TaskList> {
    * already acked: a job is never completed twice.
    */
   async ack(lease: Lease, result?: unknown): Promise<void> {
-    const { id, attempt } = parse(leaseSchema, lease, 'lease');
+    const { id, token } = parse(leaseSchema, lease, 'lease');
     const json = toJson(result, 'result', this.#maxPayloadBytes);
-    if (!(await this.#write(undefined, (db) => ackJob(db, this.schema, id, attempt, json)))) {
-      throw await this.#leaseLost('ack', id, attempt);
+    if (!(await this.#write(undefined, (db) => ackJob(db, this.schema, id, token, json)))) {
+      throw await this.#leaseLost('ack', id, token);
     }
   }
 
@@ -385,33 +385,33 @@ export class Tusk<L extends TaskList = TaskList> {
    * `delayMs` (default at once), or `dead` if out of attempts. Returns its state.
    */
   async nack(lease: Lease, options: { delayMs?: number; error?: string } = {}): Promise<JobState> {
-    const { id, attempt } = parse(leaseSchema, lease, 'lease');
+    const { id, token } = parse(leaseSchema, lease, 'lease');
     const o = parse(nackOptionsSchema, options, 'options');
     const error = o.error === undefined ? null : JSON.stringify({ message: o.error });
-    const state = await this.#write(undefined, (db) => nackJob(db, this.schema, id, attempt, o.delayMs ?? 0, error));
-    if (!state) throw await this.#leaseLost('nack', id, attempt);
+    const state = await this.#write(undefined, (db) => nackJob(db, this.schema, id, token, o.delayMs ?? 0, error));
+    if (!state) throw await this.#leaseLost('nack', id, token);
     return state as JobState;
   }
 
   /** Keeps a leased job for `ms` more from now (seed 002's WORKING). Returns the new end. */
   async extendLease(lease: Lease, ms: number): Promise<Date> {
-    const { id, attempt } = parse(leaseSchema, lease, 'lease');
+    const { id, token } = parse(leaseSchema, lease, 'lease');
     const duration = parse(leaseMsSchema, ms, 'ms');
-    const until = await this.#write(undefined, (db) => extendLease(db, this.schema, id, attempt, duration));
-    if (!until) throw await this.#leaseLost('extend the lease of', id, attempt);
+    const until = await this.#write(undefined, (db) => extendLease(db, this.schema, id, token, duration));
+    if (!until) throw await this.#leaseLost('extend the lease of', id, token);
     return until;
   }
 
-  async #leaseLost(what: string, id: string, attempt: number): Promise<LeaseLostError> {
+  async #leaseLost(what: string, id: string, token: string): Promise<LeaseLostError> {
     const now = await this.#write(undefined, (db) => leaseState(db, this.schema, id));
     const why = !now
       ? 'there is no such job'
-      : now.attempts > attempt
-        ? `its lease ran out and it was leased again (now attempt ${now.attempts}, ${now.state})`
+      : now.state === 'running' && now.token !== null && BigInt(now.token) > BigInt(token)
+        ? `its lease ran out and it was leased again (now attempt ${now.attempts}, running)`
         : now.state === 'running'
-          ? `it is running under attempt ${now.attempts}`
+          ? `it is running under another lease (attempt ${now.attempts})`
           : `it is ${now.state} now`;
-    return new LeaseLostError(`cannot ${what} job ${id} (attempt ${attempt}): ${why}`);
+    return new LeaseLostError(`cannot ${what} job ${id} (lease ${token}): ${why}`);
   }
 
   /**

@@ -59,9 +59,12 @@ export interface Job<Payload = unknown, Result = unknown> {
   startedAt: Date | null;
   finishedAt: Date | null;
   expiresAt: Date | null;
-  /** From when it could run (runAt) to when its last attempt started. */
+  /**
+   * From when it could run (runAt) to when its last attempt started. Capped at
+   * 2147483647 (24.8 days): a longer wait reads as that.
+   */
   waitMs: number | null;
-  /** How long its last attempt ran (finished jobs). */
+  /** How long its last attempt ran (finished jobs); capped like waitMs. */
   runMs: number | null;
   stats: Record<string, unknown> | null;
   result: Result | null;
@@ -136,10 +139,15 @@ export interface Enqueued {
   deduplicated: boolean;
 }
 
-/** A job leased by `fetch`: the lease is its `id` and `attempt` (see `ack`). */
+/** A job leased by `fetch`: the lease is its `id` and `token` (see `ack`). */
 export interface LeasedJob<Payload = unknown> {
   id: string;
-  /** The attempt this lease is; a later lease of the same job has a higher one. */
+  /**
+   * The lease's fencing token: drawn at this claim and never handed out again (not after
+   * `retry()`, nor after a claim that was rolled back). ack, nack and extendLease check it.
+   */
+  token: string;
+  /** Which attempt this is, from 1 (`retry()` starts the count again). */
   attempt: number;
   task: string;
   tenant: string;
@@ -152,8 +160,8 @@ export interface LeasedJob<Payload = unknown> {
   source: JobSource | null;
 }
 
-/** A lease: a job returned by `fetch`, or its id and attempt. */
+/** A lease: a job returned by `fetch`, or its id and token. */
 export interface Lease {
   id: string;
-  attempt: number;
+  token: string;
 }

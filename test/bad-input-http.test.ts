@@ -163,16 +163,23 @@ describe('payloads', () => {
     const [lease] = await db.tusk.fetch({ queue: 'http-bad' });
     expect(lease?.id).toBe(id);
     const ack = `/api/jobs/${id}/ack`;
-    await refused('POST', ack, { raw: '{"attempt":1,"result":{"s":"\\ud800"}}' }, 'body.result.s', /lone surrogates/);
-    await refused('POST', ack, { body: { attempt: 1, result: 'x'.repeat(1024 * 1024) } }, 'body.result', /limit/);
-    await refused('POST', ack, { body: { attempt: 0 } }, 'body.attempt', /at least 1/);
-    await refused('POST', ack, { body: { attempt: '1' } }, 'body.attempt', /must be a number/);
-    await refused('POST', ack, { body: { attempt: 1, results: 5 } }, 'body', /did you mean "result"/);
+    const token = lease?.token as string;
+    await refused(
+      'POST',
+      ack,
+      { raw: `{"token":"${token}","result":{"s":"\\ud800"}}` },
+      'body.result.s',
+      /lone surrogates/,
+    );
+    await refused('POST', ack, { body: { token, result: 'x'.repeat(1024 * 1024) } }, 'body.result', /limit/);
+    await refused('POST', ack, { body: { token: '0' } }, 'body.token', /the token returned by fetch/);
+    await refused('POST', ack, { body: { token: 1 } }, 'body.token', /a string of digits/);
+    await refused('POST', ack, { body: { token, results: 5 } }, 'body', /did you mean "result"/);
     const nack = `/api/jobs/${id}/nack`;
-    await refused('POST', nack, { body: { attempt: 1, delayMs: 1e300 } }, 'body.delayMs', /from 0 to 3155760000000/);
-    await refused('POST', nack, { raw: '{"attempt":1,"error":"a\\u0000"}' }, 'body.error', /NUL/);
-    await refused('POST', `/api/jobs/${id}/extend`, { body: { attempt: 1, leaseMs: -1 } }, 'body.leaseMs');
-    expect((await send('POST', ack, { body: { attempt: 1, result: { ok: '✓' } } })).status).toBe(200);
+    await refused('POST', nack, { body: { token, delayMs: 1e300 } }, 'body.delayMs', /from 0 to 3155760000000/);
+    await refused('POST', nack, { raw: `{"token":"${token}","error":"a\\u0000"}` }, 'body.error', /NUL/);
+    await refused('POST', `/api/jobs/${id}/extend`, { body: { token, leaseMs: -1 } }, 'body.leaseMs');
+    expect((await send('POST', ack, { body: { token, result: { ok: '✓' } } })).status).toBe(200);
     expect((await db.tusk.getJob(id))?.result).toEqual({ ok: '✓' });
   });
 

@@ -557,16 +557,11 @@ describe('worker options and task definitions', () => {
     await expectRefused(db, () => tusk.fetch({ count: 0 }), 'options.count', /from 1 to 10000/);
     await expectRefused(db, () => tusk.fetch({ leaseMs: -5 }), 'options.leaseMs', /\(got -5\)/);
     await expectRefused(db, () => tusk.fetch({ lease: 5 } as never), 'options', /did you mean "leaseMs"/);
-    await expectRefused(
-      db,
-      () => tusk.ack({ id: '1' } as never),
-      'lease.attempt',
-      /must be a number \(got undefined\)/,
-    );
-    await expectRefused(db, () => tusk.ack(5 as never), 'lease', /the attempt tells this lease/);
-    await expectRefused(db, () => tusk.nack({ id: '1', attempt: 1 }, { error: 'a\u0000' }), 'options.error', /NUL/);
-    await expectRefused(db, () => tusk.nack({ id: '1', attempt: 1 }, { delayMs: -1 }), 'options.delayMs');
-    await expectRefused(db, () => tusk.extendLease({ id: '1', attempt: 1 }, 0), 'ms', /from 1/);
+    await expectRefused(db, () => tusk.ack({ id: '1' } as never), 'lease.token', /must be a number \(got undefined\)/);
+    await expectRefused(db, () => tusk.ack(5 as never), 'lease', /the token tells this lease/);
+    await expectRefused(db, () => tusk.nack({ id: '1', token: '1' }, { error: 'a\u0000' }), 'options.error', /NUL/);
+    await expectRefused(db, () => tusk.nack({ id: '1', token: '1' }, { delayMs: -1 }), 'options.delayMs');
+    await expectRefused(db, () => tusk.extendLease({ id: '1', token: '1' }, 0), 'ms', /from 1/);
     await expectRefused(db, () => tusk.stats({ window: 5 } as never), 'options', /did you mean "windowMs"/);
     await expectRefused(db, () => tusk.stats({ windowMs: -1 }), 'options.windowMs', /from 0/);
     await expectRefused(db, () => tusk.retryAll({ state: 'succeeded' as never }), 'filter.state');

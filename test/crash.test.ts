@@ -66,16 +66,16 @@ describe('crash recovery', () => {
     const upkeep = db.worker({ queues: ['elsewhere'], tasks: {} });
     await upkeep.start();
     const { id } = await db.tusk.enqueue('leased', {}, { queue: 'lease' });
-    const [claimed] = await db.rows<{ id: string; attempts: number }>(
-      `SELECT id, attempts FROM $schema.claim_jobs(NULL, 1, 200, ARRAY['lease'])`,
+    const [claimed] = await db.rows<{ id: string; lease_token: string }>(
+      `SELECT id, lease_token FROM $schema.claim_jobs(NULL, 1, 200, ARRAY['lease'])`,
     );
     expect(claimed?.id).toBe(id);
     await eventually(async () => (await db.tusk.getJob(id))?.state === 'available', 5_000);
-    // the original holder comes back and tries to finish: fenced by its attempt number
+    // the original holder comes back and tries to finish: fenced by its lease token
     const re = await db.rows(`SELECT $schema.claim_jobs(NULL, 1, 60000, ARRAY['lease'])`);
     expect(re).toHaveLength(1);
     const late = await db.rows(`SELECT * FROM $schema.finish_jobs('succeeded', $1::jsonb)`, [
-      JSON.stringify([{ id, attempt: claimed?.attempts }]),
+      JSON.stringify([{ id, token: claimed?.lease_token }]),
     ]);
     expect(late).toHaveLength(0);
     const job = await db.tusk.getJob(id);

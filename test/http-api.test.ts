@@ -234,10 +234,10 @@ describe('HTTP API', () => {
     expectInvalid(await call('GET', '/api/jobs?cursor=-1'), 'query.cursor');
     expectInvalid(await call('GET', '/api/jobs?color=red'), 'query', /unknown option "color"/);
     expectInvalid(await call('POST', '/api/fetch', { body: { count: 0 } }), 'body.count');
-    expectInvalid(await call('POST', '/api/jobs/1/ack', { body: {} }), 'body.attempt');
+    expectInvalid(await call('POST', '/api/jobs/1/ack', { body: {} }), 'body.token');
     expectInvalid(await call('POST', '/api/jobs/1/ack', { raw: '' }), 'body');
-    expectInvalid(await call('POST', '/api/jobs/1/nack', { body: { attempt: 1, delayMs: 'soon' } }), 'body.delayMs');
-    expectInvalid(await call('POST', '/api/jobs/1/extend', { body: { attempt: 1 } }), 'body.leaseMs');
+    expectInvalid(await call('POST', '/api/jobs/1/nack', { body: { token: '1', delayMs: 'soon' } }), 'body.delayMs');
+    expectInvalid(await call('POST', '/api/jobs/1/extend', { body: { token: '1' } }), 'body.leaseMs');
     expectInvalid(await call('PATCH', '/api/tenants/acme', { body: { slots: 0 } }), 'body.slots');
     expectInvalid(await call('POST', '/api/jobs/retry', { body: { state: 'succeeded' } }), 'body.state');
     expectInvalid(await call('GET', '/api/stats?windowMs=-5'), 'query.windowMs');
@@ -319,7 +319,7 @@ describe('HTTP API', () => {
     expect(hidden.body).toEqual(missing.body);
     expect((await call('POST', `/api/jobs/${id}/cancel`, { token: acmeToken })).status).toBe(404);
     expect((await call('POST', `/api/jobs/${id}/retry`, { token: acmeToken })).status).toBe(404);
-    expect((await call('POST', `/api/jobs/${id}/ack`, { token: acmeToken, body: { attempt: 1 } })).status).toBe(404);
+    expect((await call('POST', `/api/jobs/${id}/ack`, { token: acmeToken, body: { token: '1' } })).status).toBe(404);
     expect((await call('GET', '/api/tenants/globex', { token: acmeToken })).status).toBe(404);
     expect(expectReply(await call('GET', '/api/tenants/acme', { token: acmeToken }), 200, tenantSchema).tenant).toBe(
       'acme',
@@ -363,7 +363,7 @@ describe('HTTP API', () => {
     expect(await call('POST', '/api/jobs/retry', { raw: '' })).toMatchObject({ status: 200, body: { retried: 1 } });
   });
 
-  it('workers anywhere: fetch, extend, ack, nack over HTTP, fenced by attempt', async () => {
+  it('workers anywhere: fetch, extend, ack, nack over HTTP, fenced by lease token', async () => {
     const { ids } = await db.tusk.enqueueMany([
       { task: 'remote', tenant: 'acme', queue: 'remote', maxAttempts: 2 },
       { task: 'remote', tenant: 'acme', queue: 'remote', maxAttempts: 2 },
@@ -375,32 +375,34 @@ describe('HTTP API', () => {
       fetchedSchema,
     );
     expect(fetched.jobs.map((j) => j.id).sort()).toEqual([ids[0], ids[1]].sort());
-    expect(fetched.jobs.every((j) => j.tenant === 'acme' && j.attempt === 1)).toBe(true);
+    expect(fetched.jobs.every((j) => j.tenant === 'acme' && j.attempt === 1 && /^\d+$/.test(j.token))).toBe(true);
     const [a, b] = fetched.jobs as [(typeof fetched.jobs)[0], (typeof fetched.jobs)[0]];
 
     const extended = expectReply(
-      await call('POST', `/api/jobs/${a.id}/extend`, { token: acmeToken, body: { attempt: 1, leaseMs: 60_000 } }),
+      await call('POST', `/api/jobs/${a.id}/extend`, { token: acmeToken, body: { token: a.token, leaseMs: 60_000 } }),
       200,
       leaseUntilSchema,
     );
     expect(new Date(extended.leaseUntil).getTime()).toBeGreaterThan(new Date(a.leaseUntil).getTime());
     expect(
-      await call('POST', `/api/jobs/${a.id}/ack`, { token: acmeToken, body: { attempt: 1, result: { rows: 3 } } }),
+      await call('POST', `/api/jobs/${a.id}/ack`, { token: acmeToken, body: { token: a.token, result: { rows: 3 } } }),
     ).toMatchObject({ status: 200, body: { ok: true } });
     const acked = expectReply(await call('GET', `/api/jobs/${a.id}`), 200, jobSchema);
     expect(acked).toMatchObject({ state: 'succeeded', result: { rows: 3 } });
-    const twice = await call('POST', `/api/jobs/${a.id}/ack`, { body: { attempt: 1 } });
+    const twice = await call('POST', `/api/jobs/${a.id}/ack`, { body: { token: a.token } });
     expect(expectReply(twice, 409, errorSchema).error.code).toBe('lease_lost');
 
     expect(
       await call('POST', `/api/jobs/${b.id}/nack`, {
         token: acmeToken,
-        body: { attempt: 1, delayMs: 60_000, error: 'upstream down' },
+        body: { token: b.token, delayMs: 60_000, error: 'upstream down' },
       }),
     ).toMatchObject({ status: 200, body: { state: 'failed' } });
     const nacked = expectReply(await call('GET', `/api/jobs/${b.id}`), 200, jobSchema);
     expect(nacked.error?.message).toBe('upstream down');
-    expect((await call('POST', `/api/jobs/${b.id}/extend`, { body: { attempt: 1, leaseMs: 1000 } })).status).toBe(409);
+    expect((await call('POST', `/api/jobs/${b.id}/extend`, { body: { token: b.token, leaseMs: 1000 } })).status).toBe(
+      409,
+    );
 
     const globex = expectReply(await call('POST', '/api/fetch', { body: { queue: 'remote' } }), 200, fetchedSchema);
     expect(globex.jobs.map((j) => j.id)).toEqual([ids[2]]);

@@ -228,7 +228,7 @@ describe('2. one request cannot freeze the server', () => {
     for (const [path, raw] of [
       ['/api/jobs', JSON.stringify({ task: 'one', payload: jobs })],
       ['/api/jobs', objects(2.5 * MiB)],
-      ['/api/jobs/1/ack', JSON.stringify({ attempt: 1, result: jobs })],
+      ['/api/jobs/1/ack', JSON.stringify({ token: '1', result: jobs })],
     ] as const) {
       const r = await request(listening.url, path, {
         method: 'POST',
@@ -608,7 +608,7 @@ describe('8. scopes, tenant checks, cursors, aborted uploads, caching', () => {
     expect((await call(producer, 'GET', `/api/jobs/${id}`)).status).toBe(200);
     for (const [method, path, body] of [
       ['POST', '/api/fetch', { queue: 'scoped' }],
-      ['POST', `/api/jobs/${id}/ack`, { attempt: 1 }],
+      ['POST', `/api/jobs/${id}/ack`, { token: '1' }],
       ['POST', `/api/jobs/${id}/cancel`, undefined],
       ['POST', '/api/jobs/retry', {}],
       ['GET', '/api/tenants', undefined],
@@ -621,8 +621,10 @@ describe('8. scopes, tenant checks, cursors, aborted uploads, caching', () => {
     );
 
     const leased = await call(worker, 'POST', '/api/fetch', { queue: 'scoped' });
-    expect(JSON.parse(leased.body).jobs.map((j: { id: string }) => j.id)).toEqual([id]);
-    expect((await call(worker, 'POST', `/api/jobs/${id}/ack`, { attempt: 1, result: 1 })).status).toBe(200);
+    const leasedJobs = JSON.parse(leased.body).jobs as Array<{ id: string; token: string }>;
+    expect(leasedJobs.map((j) => j.id)).toEqual([id]);
+    const token = leasedJobs[0]?.token;
+    expect((await call(worker, 'POST', `/api/jobs/${id}/ack`, { token, result: 1 })).status).toBe(200);
     for (const [method, path] of [
       ['POST', '/api/jobs'],
       ['GET', `/api/jobs/${id}`],

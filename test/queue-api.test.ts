@@ -173,7 +173,7 @@ describe('Disque-style leases for external workers (seed 002)', () => {
     expect(until.getTime() - Date.now()).toBeGreaterThan(55_000);
     await db.tusk.ack(job as never, { done: true });
     expect(await db.tusk.getJob(id)).toMatchObject({ state: 'succeeded', result: { done: true } });
-    await expect(db.tusk.ack(job as never)).rejects.toThrow(/cannot ack job \d+ \(attempt 1\): it is succeeded now/);
+    await expect(db.tusk.ack(job as never)).rejects.toThrow(/cannot ack job \d+ \(lease \d+\): it is succeeded now/);
   });
 
   it('nack counts an attempt and returns the job to the queue, dead when out of attempts', async () => {
@@ -206,19 +206,19 @@ describe('Disque-style leases for external workers (seed 002)', () => {
 
   it('a bare id is not a lease: a clear error', async () => {
     await expect(db.tusk.ack('42' as never)).rejects.toThrow(
-      /lease: must be the leased job returned by fetch, or \{ id, attempt \}/,
+      /lease: must be the leased job returned by fetch, or \{ id, token \}/,
     );
   });
 
   it('the same operations work from plain SQL', async () => {
     await db.tusk.enqueue('sql-task', { from: 'psql' }, { queue: 'ext-sql' });
-    const [leased] = await db.rows<{ id: string; attempts: number; payload: unknown }>(
-      `SELECT id, attempts, payload FROM $schema.fetch_jobs(1, 30000, 'ext-sql')`,
+    const [leased] = await db.rows<{ id: string; lease_token: string; payload: unknown }>(
+      `SELECT id, lease_token, payload FROM $schema.fetch_jobs(1, 30000, 'ext-sql')`,
     );
     expect(leased?.payload).toEqual({ from: 'psql' });
     const [acked] = await db.rows<{ ok: boolean }>('SELECT $schema.ack_job($1, $2, $3) AS ok', [
       leased?.id,
-      leased?.attempts,
+      leased?.lease_token,
       '{"via": "sql"}',
     ]);
     expect(acked?.ok).toBe(true);

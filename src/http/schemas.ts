@@ -88,14 +88,17 @@ export const fetchBody = z.strictObject({
     .meta({ description: 'lease length (default 30 000)' }),
 });
 
-const attempt = positiveInt(1_000_000).meta({ description: 'the lease: the attempt returned by fetch' });
-export const ackBody = z.strictObject({ attempt, result: z.unknown().optional() });
+const token = z
+  .string({ error: 'must be the token returned by fetch, a string of digits' })
+  .regex(/^[1-9]\d{0,18}$/, { error: 'must be the token returned by fetch, a string of digits' })
+  .meta({ description: 'the lease: the token returned by fetch (a string of digits)', example: '42' });
+export const ackBody = z.strictObject({ token, result: z.unknown().optional() });
 export const nackBody = z.strictObject({
-  attempt,
+  token,
   delayMs: integer(0, MAX_DELAY_MS).optional().meta({ description: 'retry after this long (default at once)' }),
   error: errorMessageSchema.optional(),
 });
-export const extendBody = z.strictObject({ attempt, leaseMs: positiveInt(24 * 3600_000) });
+export const extendBody = z.strictObject({ token, leaseMs: positiveInt(24 * 3600_000) });
 
 export const retryAllBody = z.strictObject({
   state: retryableState.optional().meta({ description: 'default dead' }),
@@ -196,6 +199,7 @@ export const enqueuedManySchema = z.object({
 
 export const leasedJobSchema = z.object({
   id: jobIdSchema,
+  token: z.string().meta({ description: 'the lease: give it to ack, nack and extend' }),
   attempt: z.number(),
   task: z.string(),
   tenant: z.string(),

@@ -10,6 +10,8 @@ export interface ClaimedRow {
   payload: unknown;
   priority: number;
   attempts: number;
+  /** The lease's fencing token: drawn at this claim, never handed out again. */
+  lease_token: string;
   max_attempts: number;
   /** Milliseconds since the epoch (a number parses much faster than a timestamp). */
   created_ms: number;
@@ -34,7 +36,7 @@ export async function claimJobs(db: PreparedQueryable, schema: string, args: Cla
   // a named (prepared) statement: parsed and planned once per connection
   const { rows } = await db.query<ClaimedRow>({
     name: `tusk_claim_${schema}`,
-    text: `SELECT id, tenant, queue, task, payload, priority, attempts, max_attempts,
+    text: `SELECT id, tenant, queue, task, payload, priority, attempts, lease_token, max_attempts,
                   (extract(epoch FROM created_at) * 1000)::float8 AS created_ms, retry,
                   source_type, source_id, source_method
            FROM ${ident(schema)}.claim_jobs($1, $2, $3, $4, $5, 64, $6)`,

@@ -31,7 +31,7 @@ export const UNFINISHED_COLUMNS = `id, tenant, queue, task, payload, priority, s
   attempts, max_attempts, concurrency_key, created_at, run_at, started_at,
   NULL::timestamptz AS finished_at, expires_at,
   CASE WHEN started_at IS NOT NULL
-       THEN greatest(0, (extract(epoch FROM started_at - run_at) * 1000)::integer) END AS wait_ms,
+       THEN least(2147483647, greatest(0, extract(epoch FROM started_at - run_at) * 1000))::integer END AS wait_ms,
   NULL::integer AS run_ms, stats, NULL::jsonb AS result, errors, cancel_requested,
   source_type, source_id, source_method`;
 

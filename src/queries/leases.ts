@@ -13,7 +13,7 @@ export async function fetchJobs(
   args: { count: number; leaseMs: number; queue: string | null; tenant: string | null },
 ): Promise<LeasedRow[]> {
   const { rows } = await db.query<LeasedRow>(
-    `SELECT id, tenant, queue, task, payload, priority, attempts, max_attempts,
+    `SELECT id, tenant, queue, task, payload, priority, attempts, lease_token, max_attempts,
             (extract(epoch FROM created_at) * 1000)::float8 AS created_ms, retry, lease_until,
             source_type, source_id, source_method
      FROM ${ident(schema)}.fetch_jobs($1, $2, $3, $4)`,
@@ -27,12 +27,12 @@ export async function ackJob(
   db: Queryable,
   schema: string,
   id: string,
-  attempt: number,
+  token: string,
   result: string,
 ): Promise<boolean> {
   const { rows } = await db.query<{ ok: boolean }>(`SELECT ${ident(schema)}.ack_job($1, $2, $3::jsonb) AS ok`, [
     id,
-    attempt,
+    token,
     result,
   ]);
   return rows[0]?.ok ?? false;
@@ -43,13 +43,13 @@ export async function nackJob(
   db: Queryable,
   schema: string,
   id: string,
-  attempt: number,
+  token: string,
   delayMs: number,
   error: string | null,
 ): Promise<string | null> {
   const { rows } = await db.query<{ state: string | null }>(
     `SELECT ${ident(schema)}.nack_job($1, $2, $3, $4::jsonb)::text AS state`,
-    [id, attempt, delayMs, error],
+    [id, token, delayMs, error],
   );
   return rows[0]?.state ?? null;
 }
@@ -59,12 +59,12 @@ export async function extendLease(
   db: Queryable,
   schema: string,
   id: string,
-  attempt: number,
+  token: string,
   ms: number,
 ): Promise<Date | null> {
   const { rows } = await db.query<{ until: Date | null }>(`SELECT ${ident(schema)}.extend_lease($1, $2, $3) AS until`, [
     id,
-    attempt,
+    token,
     ms,
   ]);
   return rows[0]?.until ?? null;
@@ -75,11 +75,11 @@ export async function leaseState(
   db: Queryable,
   schema: string,
   id: string,
-): Promise<{ state: string; attempts: number } | null> {
+): Promise<{ state: string; attempts: number; token: string | null } | null> {
   const s = ident(schema);
-  const { rows } = await db.query<{ state: string; attempts: number }>(
-    `(SELECT state::text, attempts FROM ${s}.jobs WHERE id = $1)
-     UNION ALL (SELECT state::text, attempts FROM ${s}.job_history WHERE id = $1) LIMIT 1`,
+  const { rows } = await db.query<{ state: string; attempts: number; token: string | null }>(
+    `(SELECT state::text, attempts, lease_token AS token FROM ${s}.jobs WHERE id = $1)
+     UNION ALL (SELECT state::text, attempts, NULL FROM ${s}.job_history WHERE id = $1) LIMIT 1`,
     [id],
   );
   return rows[0] ?? null;

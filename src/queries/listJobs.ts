@@ -35,7 +35,7 @@ export interface JobFilter {
 const UNFINISHED = `id, task, tenant, queue, state::text AS state, priority, attempts, max_attempts,
   created_at, run_at, started_at, NULL::timestamptz AS finished_at,
   CASE WHEN started_at IS NOT NULL
-       THEN greatest(0, (extract(epoch FROM started_at - run_at) * 1000)::integer) END AS wait_ms,
+       THEN least(2147483647, greatest(0, extract(epoch FROM started_at - run_at) * 1000))::integer END AS wait_ms,
   NULL::integer AS run_ms, errors->-1->>'message' AS error`;
 const FINISHED = `id, task, tenant, queue, state::text AS state, priority, attempts, max_attempts,
   created_at, run_at, started_at, finished_at, wait_ms, run_ms, errors->-1->>'message' AS error`;

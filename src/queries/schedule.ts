@@ -8,10 +8,13 @@ export async function promoteDueJobs(db: Queryable, schema: string): Promise<num
 }
 
 /**
- * When a worker should look again although nothing was announced: the next scheduled job
- * or retry, or the next rate window of a tenant that used up its own. Null if none.
+ * In how many milliseconds (by the database's clock) a worker should look again although
+ * nothing was announced: the next scheduled job or retry, or the next rate window of a
+ * tenant that used up its own. Null if none. A delay, not a time: the worker's clock may
+ * differ from the database's.
  */
-export async function nextDueAt(db: Queryable, schema: string): Promise<Date | null> {
-  const { rows } = await db.query<{ at: Date | null }>(`SELECT ${ident(schema)}.next_due_at() AS at`);
-  return rows[0]?.at ?? null;
+export async function nextDueInMs(db: Queryable, schema: string): Promise<number | null> {
+  const { rows } = await db.query<{ ms: string | null }>(`SELECT ${ident(schema)}.next_due_in_ms() AS ms`);
+  const ms = rows[0]?.ms;
+  return ms === null || ms === undefined ? null : Number(ms);
 }

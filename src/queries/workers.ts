@@ -33,6 +33,8 @@ export interface HeartbeatResult {
   alive: boolean;
   cancelled: string[];
   lost: string[];
+  /** How long the shortest lease still held runs, counted from the server's now(); null if none. */
+  lease_left_ms: number | null;
 }
 
 /** Marks the worker alive, extends its leases, reports cancelled and lost jobs. */
@@ -40,20 +42,29 @@ export async function heartbeat(
   db: Queryable,
   schema: string,
   worker: number,
-  jobs: string[],
+  leases: { ids: string[]; tokens: string[] },
   leaseMs: number,
 ): Promise<HeartbeatResult> {
   const { rows } = await db.query<HeartbeatResult>(
-    `SELECT alive, cancelled, lost FROM ${ident(schema)}.heartbeat($1, $2::bigint[], $3)`,
-    [worker, jobs, leaseMs],
+    `SELECT alive, cancelled, lost, lease_left_ms FROM ${ident(schema)}.heartbeat($1, $2::bigint[], $3::bigint[], $4)`,
+    [worker, leases.ids, leases.tokens, leaseMs],
   );
-  return rows[0] ?? { alive: false, cancelled: [], lost: [] };
+  return rows[0] ?? { alive: false, cancelled: [], lost: [], lease_left_ms: null };
 }
 
 /** Upkeep (reap, promote, expire, partitions) if no other process is doing it. */
-export async function maintain(db: Queryable, schema: string, graceMs: number): Promise<Record<string, number> | null> {
-  const { rows } = await db.query<{ r: Record<string, number> | null }>(`SELECT ${ident(schema)}.maintain($1) AS r`, [
-    graceMs,
-  ]);
+export interface UpkeepResult {
+  released?: number;
+  dead?: number;
+  workers?: number;
+  promoted?: number;
+  expired?: number;
+  partitions?: number;
+  /** Steps that failed (rolled back on their own; the others ran). */
+  errors: Array<{ step: string; code: string; message: string }>;
+}
+
+export async function maintain(db: Queryable, schema: string, graceMs: number): Promise<UpkeepResult | null> {
+  const { rows } = await db.query<{ r: UpkeepResult | null }>(`SELECT ${ident(schema)}.maintain($1) AS r`, [graceMs]);
   return rows[0]?.r ?? null;
 }

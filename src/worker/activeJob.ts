@@ -15,14 +15,20 @@ export class ActiveJob {
   stats: Record<string, unknown> | null = null;
   /** The lease was lost: whatever the handler returns is dropped. */
   lost = false;
+  /**
+   * performance.now() by which the attempt must have stopped: its lease's end as last
+   * confirmed by the database, less a margin. Only a claim or a heartbeat moves it.
+   */
+  leaseUntil: number;
   #aborted = false;
   #reason: unknown;
   #controller: AbortController | null = null;
   #reject: ((reason: unknown) => void) | null = null;
 
-  constructor(row: ClaimedRow, claimedAt: number) {
+  constructor(row: ClaimedRow, claimedAt: number, leaseUntil: number) {
     this.row = row;
     this.claimedAt = claimedAt;
+    this.leaseUntil = leaseUntil;
   }
 
   get aborted(): boolean {

@@ -36,9 +36,17 @@ export interface WorkerOptions {
    * again (at-least-once still holds). Default false.
    */
   asyncCommit?: boolean;
-  /** Lease of a claimed job, renewed by heartbeats while it runs; default 30 s. */
+  /**
+   * Lease of a claimed job, renewed by heartbeats while it runs; default 30 s. A handler
+   * whose lease the worker could not renew (cut off from PostgreSQL, frozen) is aborted
+   * `min(5 s, leaseMs / 5)` before the lease can run out on the server, so that no other
+   * worker starts the job while it still runs here.
+   */
   leaseMs?: number;
-  /** Heartbeat period; default 1 s. */
+  /**
+   * Heartbeat period; default 1 s, or 15 % of a lease shorter than ~6.7 s. At most
+   * `leaseMs / 2 - min(5 s, leaseMs / 5)`: a lease is renewed once half of it has run.
+   */
   heartbeatMs?: number;
   /** Poll period when no notification arrives; default 1 s. */
   pollMs?: number;
@@ -97,6 +105,8 @@ export interface ResolvedWorkerOptions {
   batchSize: number;
   asyncCommit: boolean;
   leaseMs: number;
+  /** A handler is aborted this long before its lease could run out on the server. */
+  leaseMarginMs: number;
   heartbeatMs: number;
   pollMs: number;
   maintenanceMs: number;
@@ -127,6 +137,16 @@ export function resolveWorkerOptions(
   for (const [name, task] of tasks) {
     if (task.isolate) checkIsolatedModule(task.isolate, `${o.tasks ? 'worker options.' : ''}tasks.${name}.isolate`);
   }
+  const leaseMs = o.leaseMs ?? 30_000;
+  const leaseMarginMs = Math.min(5000, Math.floor(leaseMs / 5));
+  const maxHeartbeatMs = Math.floor(leaseMs / 2) - leaseMarginMs;
+  if (o.heartbeatMs !== undefined && o.heartbeatMs > maxHeartbeatMs) {
+    throw new TuskValidationError(
+      'worker options.heartbeatMs',
+      `must be at most ${maxHeartbeatMs} with a lease of ${leaseMs} ms (a lease is renewed once half of it ` +
+        `has run, and a handler is stopped ${leaseMarginMs} ms before its lease could end); got ${o.heartbeatMs}`,
+    );
+  }
   return {
     tasks,
     concurrency: o.concurrency ?? 10,
@@ -134,8 +154,9 @@ export function resolveWorkerOptions(
     prefetch: o.prefetch ?? 'auto',
     batchSize: o.batchSize ?? 1000,
     asyncCommit: o.asyncCommit ?? false,
-    leaseMs: o.leaseMs ?? 30_000,
-    heartbeatMs: o.heartbeatMs ?? 1000,
+    leaseMs,
+    leaseMarginMs,
+    heartbeatMs: o.heartbeatMs ?? Math.max(1, Math.min(1000, Math.floor(leaseMs * 0.15))),
     pollMs: o.pollMs ?? 1000,
     maintenanceMs: o.maintenanceMs ?? 500,
     shutdownTimeoutMs: o.shutdownTimeoutMs ?? 10_000,

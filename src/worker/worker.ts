@@ -22,7 +22,7 @@ import { type ClaimedRow, claimJobs } from '../queries/claimJobs.js';
 import { type FinalState, finishJobs } from '../queries/finishJobs.js';
 import { maintainHistory } from '../queries/history.js';
 import { requeueJobs } from '../queries/requeueJobs.js';
-import { nextDueAt, promoteDueJobs } from '../queries/schedule.js';
+import { nextDueInMs, promoteDueJobs } from '../queries/schedule.js';
 import { heartbeat, maintain, registerWorker, unregisterWorker } from '../queries/workers.js';
 import { fireDueSchedules } from '../schedules/fire.js';
 import { validatePayload } from '../tasks/schema.js';
@@ -106,8 +106,10 @@ export class Worker {
   #claiming = 0;
   /** Claimed ahead, not started yet. */
   readonly #buffer = new Fifo<ActiveJob>();
+  /** Running attempts by lease token: a stale attempt never stands for a newer one of its job. */
   readonly #active = new Map<string, ActiveJob>();
   #avgRunMs: number | null = null;
+  /** performance.now() when something scheduled is due (by the database's clock). */
   #dueAt: number | null = null;
   #timers: NodeJS.Timeout[] = [];
   #woken = false;
@@ -184,6 +186,8 @@ export class Worker {
     }
     this.#state = 'running';
     this.#every(this.#opts.heartbeatMs, 'heartbeat', () => this.#heartbeat());
+    const expiryEvery = Math.max(10, Math.min(250, Math.floor(this.#opts.leaseMarginMs / 4)));
+    this.#timers.push(setInterval(() => this.#expireLeases(), expiryEvery));
     this.#every(this.#opts.maintenanceMs, 'maintenance', () => this.#maintain());
     this.#every(this.#opts.maintenanceMs, 'schedules', () => this.#fireSchedules());
     this.#every(HISTORY_MAINTENANCE_MS, 'history', () => this.#maintainHistory());
@@ -218,7 +222,7 @@ export class Worker {
     this.#wakeUp();
     await Promise.all(this.#loops);
     for (const held of this.#buffer.drain()) {
-      this.#requeuer.add(`{"id":"${held.row.id}","attempt":${held.row.attempts},"refund":true}`);
+      this.#requeuer.add(`{"id":"${held.row.id}","token":"${held.row.lease_token}","refund":true}`);
     }
     if (this.#active.size > 0) {
       let timer: NodeJS.Timeout | undefined;
@@ -266,6 +270,7 @@ export class Worker {
     let emptyBackoffMs = 0;
     let failures = 0;
     let notificationsBefore = 0;
+    let claimSentAt = 0;
     while (this.#state === 'running') {
       const want = this.#want();
       if (want === 0 || this.#id === null || !this.#listener?.connected) {
@@ -274,13 +279,14 @@ export class Worker {
       }
       let rows: ClaimedRow[];
       try {
-        if (this.#dueAt !== null && Date.now() >= this.#dueAt) {
+        if (this.#dueAt !== null && performance.now() >= this.#dueAt) {
           this.#dueAt = null;
           await promoteDueJobs(db.pool, this.#host.schema);
         }
         notificationsBefore = this.#notifications;
         this.#claiming += want;
         try {
+          claimSentAt = performance.now();
           rows = await this.#claim(db, this.#id, want);
         } finally {
           this.#claiming -= want;
@@ -296,7 +302,12 @@ export class Worker {
       }
       this.counters.claimed += rows.length;
       const claimedAt = performance.now();
-      for (const row of rows) this.#buffer.push(new ActiveJob(row, claimedAt));
+      // the lease runs from the claim's start on the server, so after claimSentAt here
+      const leaseUntil = claimSentAt + this.#opts.leaseMs - this.#opts.leaseMarginMs;
+      for (const row of rows) {
+        this.#supersede(row);
+        this.#buffer.push(new ActiveJob(row, claimedAt, leaseUntil));
+      }
       this.#pump();
       if (rows.length > 0) {
         // jobs were there: an empty claim next is probably a tenant row locked by another
@@ -315,7 +326,7 @@ export class Worker {
         emptyBackoffMs = 0;
       }
       await this.#refreshDue();
-      if (this.#dueAt !== null) waitMs = Math.min(waitMs, this.#dueAt - Date.now());
+      if (this.#dueAt !== null) waitMs = Math.min(waitMs, this.#dueAt - performance.now());
       await this.#sleep(Math.max(0, waitMs));
     }
   }
@@ -368,8 +379,9 @@ export class Worker {
 
   async #refreshDue(): Promise<void> {
     try {
-      const at = await nextDueAt((this.#db as Database).pool, this.#host.schema);
-      this.#dueAt = at ? at.getTime() : null;
+      const asked = performance.now();
+      const ms = await nextDueInMs((this.#db as Database).pool, this.#host.schema);
+      this.#dueAt = ms === null ? null : asked + ms;
     } catch {
       this.#dueAt = null;
     }
@@ -413,13 +425,19 @@ export class Worker {
       // a buffered job whose lease may have run out while this process stood still (frozen,
       // a long pause) may be another worker's by now: the heartbeat tells, then we go on
       const next = this.#buffer.peek() as ActiveJob;
+      if (next.leaseUntil <= performance.now()) {
+        // its lease may be running out on the server: not ours to start any more
+        this.#buffer.shift();
+        this.counters.lost++;
+        continue;
+      }
       const checkedAt = Math.max(next.claimedAt, this.#leasesCheckedAt);
       if (performance.now() - checkedAt > this.#opts.leaseMs / 2 || checkedAt < this.#disconnectedAt) {
         void this.#once('heartbeat', () => this.#heartbeat());
         return;
       }
       const job = this.#buffer.shift() as ActiveJob;
-      this.#active.set(job.row.id, job);
+      this.#active.set(job.row.lease_token, job);
       void this.#execute(job);
     }
   }
@@ -486,7 +504,7 @@ export class Worker {
 
   #settle(job: ActiveJob, task: TaskDefinition | undefined, outcome: Outcome): void {
     const { row } = job;
-    this.#active.delete(row.id);
+    if (this.#active.get(row.lease_token) === job) this.#active.delete(row.lease_token);
     const runMs = job.startedAt ? performance.now() - job.startedAt : 0;
     this.#avgRunMs = this.#avgRunMs === null ? runMs : this.#avgRunMs * 0.9 + runMs * 0.1;
     let extra = '';
@@ -498,7 +516,7 @@ export class Worker {
       }
     }
     const entry = (more: string) =>
-      `{"id":"${row.id}","attempt":${row.attempts},"run_ms":${Math.round(runMs)},` +
+      `{"id":"${row.id}","token":"${row.lease_token}","run_ms":${Math.round(runMs)},` +
       `"queued_ms":${Math.round((job.startedAt || job.claimedAt) - job.claimedAt)}${extra}${more}}`;
     const reason = job.reason;
 
@@ -602,15 +620,33 @@ export class Worker {
     const db = this.#db as Database;
     if (this.#id === null || !this.#listener?.connected) return;
     const sentAt = performance.now();
-    const held = [...this.#active.keys()];
-    for (const job of this.#buffer) held.push(job.row.id);
-    const result = await heartbeat(db.pool, this.#host.schema, this.#id, held, this.#opts.leaseMs);
+    const held = [...this.#active.values()];
+    for (const job of this.#buffer) held.push(job);
+    const result = await heartbeat(
+      db.pool,
+      this.#host.schema,
+      this.#id,
+      { ids: held.map((j) => j.row.id), tokens: held.map((j) => j.row.lease_token) },
+      this.#opts.leaseMs,
+    );
     if (!result.alive && this.#listener.client) {
       // our row was reaped while the connection lived on (e.g. after a long stall)
       await this.#register(this.#listener.client);
     }
-    for (const id of result.cancelled) this.#cancelled(id);
-    for (const id of result.lost) this.#lost(id);
+    const lost = new Set(result.lost);
+    if (result.lease_left_ms !== null) {
+      // every lease still held runs at least this long from the server's now(), which
+      // came after sentAt: a deadline counted from sentAt is on the safe side
+      const until = sentAt + result.lease_left_ms - this.#opts.leaseMarginMs;
+      for (const job of held) {
+        if (!lost.has(job.row.lease_token)) job.leaseUntil = Math.max(job.leaseUntil, until);
+      }
+    }
+    const cancelled = new Set(result.cancelled);
+    for (const job of held) {
+      if (lost.has(job.row.lease_token)) this.#lost(job);
+      else if (cancelled.has(job.row.lease_token)) this.#cancelAttempt(job);
+    }
     // the leases of the jobs still held run at least half a lease from sentAt
     this.#leasesCheckedAt = sentAt;
     this.#pump();
@@ -630,7 +666,16 @@ export class Worker {
   }
 
   async #maintain(): Promise<void> {
-    const done = await maintain((this.#db as Database).pool, this.#host.schema, RESTART_GRACE_MS);
+    let done: Awaited<ReturnType<typeof maintain>>;
+    try {
+      done = await maintain((this.#db as Database).pool, this.#host.schema, RESTART_GRACE_MS);
+    } catch (error) {
+      this.#host.log.error({ err: error }, 'upkeep failed: expired leases are not reaped, due jobs not promoted');
+      return;
+    }
+    for (const failed of done?.errors ?? []) {
+      this.#host.log.error(failed, `upkeep step ${failed.step} failed (the other steps ran): ${failed.message}`);
+    }
     if (done && (done.released || done.dead || done.expired)) this.#host.log.debug(done, 'maintenance');
   }
 
@@ -655,27 +700,63 @@ export class Worker {
     }
   }
 
+  /** A cancel announced for job `id` (NOTIFY): its attempt held here stops. */
   #cancelled(id: string): void {
-    const active = this.#active.get(id);
-    if (active) {
-      active.abort(new JobCancelledError());
+    for (const job of this.#active.values()) if (job.row.id === id) this.#cancelAttempt(job);
+    const held = [...this.#buffer].find((job) => job.row.id === id);
+    if (held) this.#cancelAttempt(held);
+  }
+
+  /** Stops a running attempt whose cancel was asked for; a buffered one ends cancelled. */
+  #cancelAttempt(job: ActiveJob): void {
+    if (this.#active.get(job.row.lease_token) === job) {
+      job.abort(new JobCancelledError());
       return;
     }
-    const held = this.#buffer.remove((job) => job.row.id === id);
-    if (held) {
+    if (this.#buffer.remove((j) => j === job)) {
       this.counters.cancelled++;
-      this.#finishers.cancelled.add(`{"id":"${held.row.id}","attempt":${held.row.attempts}}`);
+      this.#finishers.cancelled.add(`{"id":"${job.row.id}","token":"${job.row.lease_token}"}`);
     }
   }
 
-  #lost(id: string): void {
-    const active = this.#active.get(id);
-    if (active) {
-      active.lost = true;
-      active.abort(new LeaseLostError('the lease of this job was lost; another worker may run it'));
+  /** The lease of `job` is not held any more: its outcome will be dropped. */
+  #lost(job: ActiveJob, why = 'the lease of this job was lost; another worker may run it'): void {
+    if (this.#active.get(job.row.lease_token) === job) {
+      if (!job.lost) {
+        job.lost = true;
+        job.abort(new LeaseLostError(why));
+      }
       return;
     }
-    if (this.#buffer.remove((job) => job.row.id === id)) this.counters.lost++;
+    if (this.#buffer.remove((j) => j === job)) this.counters.lost++;
+  }
+
+  /** A claim returned `row`: an older attempt of its job still held here is stale. */
+  #supersede(row: ClaimedRow): void {
+    for (const job of this.#active.values()) {
+      if (job.row.id === row.id && job.row.lease_token !== row.lease_token) {
+        this.#lost(job, 'the job was claimed again (its lease had run out)');
+      }
+    }
+    const stale = this.#buffer.remove((job) => job.row.id === row.id);
+    if (stale) this.counters.lost++;
+  }
+
+  /**
+   * Stops the attempts whose lease the database has not confirmed in time (the worker cut
+   * off from it, or frozen): they stop a margin before another worker could get the job.
+   */
+  #expireLeases(): void {
+    const now = performance.now();
+    for (const job of this.#active.values()) {
+      if (job.leaseUntil <= now && !job.lost) {
+        this.#lost(job, 'the lease of this job could not be renewed in time; it was stopped before it ran out');
+      }
+    }
+    while (this.#buffer.length > 0 && (this.#buffer.peek() as ActiveJob).leaseUntil <= now) {
+      this.#buffer.shift();
+      this.counters.lost++;
+    }
   }
 }
 

@@ -24,7 +24,7 @@ export async function startUpkeep(db: TestDb, everyMs = 50): Promise<Worker> {
  * The documented SQL functions take a lease as (job id, token): `ack_job(id, token,
  * result)`, `nack_job(id, token, delay_ms, error)`, `extend_lease(id, token, ms)`.
  * `sqlToken` is the token of a lease returned by `tusk.fetch()`; `rowToken` the token of
- * a row returned by the SQL function `fetch_jobs`. Today both are the attempt number.
+ * a row returned by the SQL function `fetch_jobs`: its lease_token, drawn at each claim.
  */
-export const sqlToken = (lease: LeasedJob | Lease): unknown => lease.attempt;
-export const rowToken = (row: Record<string, unknown>): unknown => row.attempts;
+export const sqlToken = (lease: LeasedJob | Lease): unknown => lease.token;
+export const rowToken = (row: Record<string, unknown>): unknown => row.lease_token;

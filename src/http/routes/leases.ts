@@ -27,11 +27,11 @@ const leaseDocs = {
   },
 };
 
-/** The lease `{ id, attempt }` of `:id`; a tenant token must own the job (else 404). */
-async function lease(api: Api, c: Context<AppEnv>, attempt: number) {
+/** The lease `{ id, token }` of `:id`; a tenant's API token must own the job (else 404). */
+async function lease(api: Api, c: Context<AppEnv>, token: string) {
   const id = jobId(c.req.param('id'), 'id');
   if (c.get('principal').tenant !== null) await visibleJob(api, c, await api.pools.leasePool());
-  return { id, attempt };
+  return { id, token };
 }
 
 /**
@@ -63,7 +63,7 @@ export function leaseEndpoints(api: Api): Endpoint[] {
       body: ackBody,
       responses: { 200: { description: 'completed', schema: okSchema }, ...leaseDocs },
       async handle(c, { body }) {
-        const held = await lease(api, c, body.attempt);
+        const held = await lease(api, c, body.token);
         const leases = await api.pools.leases();
         await inBody(() => leases.ack(held, body.result));
         return c.json({ ok: true });
@@ -78,8 +78,8 @@ export function leaseEndpoints(api: Api): Endpoint[] {
       body: nackBody,
       responses: { 200: { description: 'its state now', schema: stateSchema }, ...leaseDocs },
       async handle(c, { body }) {
-        const { attempt, ...options } = body;
-        const held = await lease(api, c, attempt);
+        const { token, ...options } = body;
+        const held = await lease(api, c, token);
         const leases = await api.pools.leases();
         return c.json({ state: await inBody(() => leases.nack(held, options)) });
       },
@@ -93,7 +93,7 @@ export function leaseEndpoints(api: Api): Endpoint[] {
       body: extendBody,
       responses: { 200: { description: 'the new end of the lease', schema: leaseUntilSchema }, ...leaseDocs },
       async handle(c, { body }) {
-        const held = await lease(api, c, body.attempt);
+        const held = await lease(api, c, body.token);
         return c.json({ leaseUntil: await (await api.pools.leases()).extendLease(held, body.leaseMs) });
       },
     }),
