@@ -1,7 +1,6 @@
 // The HTTP server against a hostile tenant and a careless operator: each attack as it was
 // made, and what the server does now. Tokens for tenants alpha and bravo, and an admin.
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import http from 'node:http';
 import { Hono } from 'hono';
 import { chromium } from 'playwright-core';
@@ -10,6 +9,7 @@ import { ApiTokens } from '../src/http/tokens.js';
 import { type Listening, type Logger, TuskError, type TuskServer } from '../src/index.js';
 import { selectTenantJob } from '../src/queries/tenantJob.js';
 import { eventually, sleep, useTestDb } from './helpers.js';
+import { CHROMIUM, chromiumPresent, needs } from './services.js';
 
 const ADMIN = `attack-admin-${randomBytes(16).toString('hex')}`;
 const MiB = 1024 * 1024;
@@ -303,59 +303,61 @@ describe('3. a server without auth cannot be driven by another site', () => {
     }
   });
 
-  it('in Chromium, a page of another site plants nothing, pauses nothing, retries nothing', async () => {
-    const executablePath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
-    if (!existsSync(executablePath)) throw new Error(`no Chromium at ${executablePath}: set CHROMIUM_PATH`);
-    await bare.tusk.tenants.set('victim', { slots: 1 });
-    const { id: dead } = await bare.tusk.enqueue('doomed', null, { tenant: 'victim', maxAttempts: 1 });
-    const [leased] = await bare.tusk.fetch({ tenant: 'victim' });
-    if (!leased) throw new Error('nothing leased');
-    await bare.tusk.nack(leased);
-    const target = `http://127.0.0.1:${local.port}`;
-    // another site's page, served from here under the name attacker.example
-    const site = http.createServer((_req, res) => {
-      res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>a page</title>');
-    });
-    await new Promise<void>((resolve) => site.listen(0, '127.0.0.1', resolve));
-    const sitePort = (site.address() as { port: number }).port;
-    const browser = await chromium.launch({
-      executablePath,
-      args: ['--no-sandbox', '--host-resolver-rules=MAP attacker.example 127.0.0.1'],
-    });
-    try {
-      const page = await browser.newPage();
-      await page.goto(`http://attacker.example:${sitePort}/`);
-      const outcomes = await page.evaluate(async (target) => {
-        const send = (path: string, init: RequestInit) =>
-          fetch(`${target}${path}`, init).then(
-            () => 'sent',
-            () => 'blocked',
-          );
-        return {
-          plant: await send('/api/jobs', { method: 'POST', mode: 'no-cors', body: '{"task":"planted"}' }),
-          pause: await send('/api/tenants/victim/pause', { method: 'POST', mode: 'no-cors' }),
-          retry: await send('/api/jobs/retry', { method: 'POST', mode: 'no-cors', body: '{}' }),
-          json: await send('/api/jobs', {
-            method: 'POST',
-            headers: { 'content-type': 'application/json' },
-            body: '{"task":"planted"}',
-          }),
-        };
-      }, target);
-      // the requests reached the server (else this test would prove nothing)
-      expect(outcomes).toMatchObject({ plant: 'sent', pause: 'sent', retry: 'sent' });
+  describe('in a browser', () => {
+    needs(chromiumPresent());
+    it('in Chromium, a page of another site plants nothing, pauses nothing, retries nothing', async () => {
+      const executablePath = CHROMIUM;
+      await bare.tusk.tenants.set('victim', { slots: 1 });
+      const { id: dead } = await bare.tusk.enqueue('doomed', null, { tenant: 'victim', maxAttempts: 1 });
+      const [leased] = await bare.tusk.fetch({ tenant: 'victim' });
+      if (!leased) throw new Error('nothing leased');
+      await bare.tusk.nack(leased);
+      const target = `http://127.0.0.1:${local.port}`;
+      // another site's page, served from here under the name attacker.example
+      const site = http.createServer((_req, res) => {
+        res.writeHead(200, { 'content-type': 'text/html' }).end('<!doctype html><title>a page</title>');
+      });
+      await new Promise<void>((resolve) => site.listen(0, '127.0.0.1', resolve));
+      const sitePort = (site.address() as { port: number }).port;
+      const browser = await chromium.launch({
+        executablePath,
+        args: ['--no-sandbox', '--host-resolver-rules=MAP attacker.example 127.0.0.1'],
+      });
+      try {
+        const page = await browser.newPage();
+        await page.goto(`http://attacker.example:${sitePort}/`);
+        const outcomes = await page.evaluate(async (target) => {
+          const send = (path: string, init: RequestInit) =>
+            fetch(`${target}${path}`, init).then(
+              () => 'sent',
+              () => 'blocked',
+            );
+          return {
+            plant: await send('/api/jobs', { method: 'POST', mode: 'no-cors', body: '{"task":"planted"}' }),
+            pause: await send('/api/tenants/victim/pause', { method: 'POST', mode: 'no-cors' }),
+            retry: await send('/api/jobs/retry', { method: 'POST', mode: 'no-cors', body: '{}' }),
+            json: await send('/api/jobs', {
+              method: 'POST',
+              headers: { 'content-type': 'application/json' },
+              body: '{"task":"planted"}',
+            }),
+          };
+        }, target);
+        // the requests reached the server (else this test would prove nothing)
+        expect(outcomes).toMatchObject({ plant: 'sent', pause: 'sent', retry: 'sent' });
 
-      // DNS rebinding: the attacker's name, now pointing here, loads the server itself
-      const rebound = await page.goto(`http://attacker.example:${local.port}/api/whoami`);
-      expect(rebound?.status()).toBe(403);
-      expect((await page.goto(`http://attacker.example:${local.port}/`))?.status()).toBe(403);
-    } finally {
-      await browser.close();
-      await new Promise((resolve) => site.close(resolve));
-    }
-    expect(await bare.rows(`SELECT id FROM $schema.jobs WHERE task = 'planted'`)).toEqual([]);
-    expect((await bare.tusk.tenants.get('victim'))?.paused).toBe(false);
-    expect((await bare.tusk.getJob(dead))?.state).toBe('dead');
+        // DNS rebinding: the attacker's name, now pointing here, loads the server itself
+        const rebound = await page.goto(`http://attacker.example:${local.port}/api/whoami`);
+        expect(rebound?.status()).toBe(403);
+        expect((await page.goto(`http://attacker.example:${local.port}/`))?.status()).toBe(403);
+      } finally {
+        await browser.close();
+        await new Promise((resolve) => site.close(resolve));
+      }
+      expect(await bare.rows(`SELECT id FROM $schema.jobs WHERE task = 'planted'`)).toEqual([]);
+      expect((await bare.tusk.tenants.get('victim'))?.paused).toBe(false);
+      expect((await bare.tusk.getJob(dead))?.state).toBe('dead');
+    });
   });
 });
 
