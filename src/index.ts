@@ -64,6 +64,7 @@ export type {
   LeasedJob,
   StageOptions,
 } from './types.js';
+export { Upkeep, type UpkeepOptions, type UpkeepReport } from './upkeep/upkeep.js';
 export type { IsolateOptions } from './worker/isolate.js';
 export type {
   Handler,

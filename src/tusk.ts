@@ -44,6 +44,7 @@ import { type TaskDefinition, type Tasks, taskMap, tasksSchema } from './tasks/d
 import { validateRecord } from './tasks/schema.js';
 import { type SourceOptions, SourceRegistry } from './tasks/sources.js';
 import type { Enqueued, EnqueueOptions, Job, JobSpec, JobState, Lease, LeasedJob, StageOptions } from './types.js';
+import { Upkeep, type UpkeepOptions } from './upkeep/upkeep.js';
 import type { WorkerOptions } from './worker/options.js';
 import { Worker, type WorkerHost } from './worker/worker.js';
 
@@ -104,6 +105,10 @@ const leaseSchema = z
     },
   )
   .loose();
+const upkeepOptionsSchema = z.strictObject({
+  everyMs: integer(1, 600_000).optional(),
+  historyEveryMs: integer(1, 24 * 3600_000).optional(),
+});
 const nackOptionsSchema = z.strictObject({
   delayMs: integer(0, MAX_DELAY_MS).optional(),
   error: errorMessageSchema.optional(),
@@ -156,6 +161,7 @@ export class Tusk<L extends TaskList = TaskList> {
   #closed = false;
   readonly #workers = new Set<Worker>();
   readonly #drainers = new Set<Drainer>();
+  readonly #upkeeps = new Set<Upkeep>();
 
   constructor(options: TuskOptions<L> = {}) {
     const o = parse(optionsSchema, options, 'Tusk options') as TuskOptions;
@@ -583,6 +589,34 @@ export class Tusk<L extends TaskList = TaskList> {
   }
 
   /**
+   * The queue's upkeep, for a process that runs no worker (workers run their own):
+   * crash recovery of expired leases and dead workers, promotion of due jobs, expiry,
+   * history partitions and retention, schedule ticks. Call `start()` (or `runOnce()`).
+   * Any number of processes may run it; each part is done by one at a time.
+   *
+   * @example
+   * const upkeep = tusk.upkeep();
+   * upkeep.start(); // every 500 ms
+   * // ...
+   * await upkeep.stop();
+   */
+  upkeep(options: UpkeepOptions = {}): Upkeep {
+    if (this.#closed) throw new TuskError('this Tusk instance is closed');
+    const o = parse(upkeepOptionsSchema, options, 'upkeep options');
+    const upkeep = new Upkeep(
+      {
+        schema: this.schema,
+        log: this.#log,
+        database: () => this.#database(),
+        forget: (u) => this.#upkeeps.delete(u),
+      },
+      o,
+    );
+    this.#upkeeps.add(upkeep);
+    return upkeep;
+  }
+
+  /**
    * A worker running the given task handlers. Call `start()` on it.
    *
    * @example
@@ -620,7 +654,7 @@ export class Tusk<L extends TaskList = TaskList> {
   /** Stops this instance's workers (gracefully), then closes the pool it created. */
   async close(): Promise<void> {
     if (this.#closed) return;
-    await Promise.all([...this.#workers, ...this.#drainers].map((w) => w.stop()));
+    await Promise.all([...this.#workers, ...this.#drainers, ...this.#upkeeps].map((w) => w.stop()));
     this.#closed = true;
     const db = await this.#db?.catch(() => null);
     this.#db = null;

@@ -13,6 +13,7 @@ import { statsCommand } from './commands/stats.js';
 import { statusCommand } from './commands/status.js';
 import { tenantsCommand } from './commands/tenants.js';
 import { tokensCommand } from './commands/tokens.js';
+import { upkeepCommand } from './commands/upkeep.js';
 import { workerCommand } from './commands/worker.js';
 import { urlSource } from './context.js';
 import { databaseErrorLine } from './errors.js';
@@ -53,6 +54,7 @@ for (const register of [
   migrateCommand,
   workerCommand,
   drainCommand,
+  upkeepCommand,
   enqueueCommand,
   statusCommand,
   tenantsCommand,

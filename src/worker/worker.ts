@@ -20,13 +20,12 @@ import { decideRetry, type RetryPolicy } from '../policies/backoff.js';
 import { equalWeights, sampleOrder, splitByWeight } from '../policies/weights.js';
 import { type ClaimedRow, claimJobs } from '../queries/claimJobs.js';
 import { type FinalState, finishJobs } from '../queries/finishJobs.js';
-import { maintainHistory } from '../queries/history.js';
 import { requeueJobs } from '../queries/requeueJobs.js';
 import { nextDueInMs, promoteDueJobs } from '../queries/schedule.js';
-import { heartbeat, maintain, registerWorker, unregisterWorker } from '../queries/workers.js';
-import { fireDueSchedules } from '../schedules/fire.js';
+import { heartbeat, registerWorker, unregisterWorker } from '../queries/workers.js';
 import { validatePayload } from '../tasks/schema.js';
 import type { SourceRegistry } from '../tasks/sources.js';
+import { Upkeep } from '../upkeep/upkeep.js';
 import { VERSION } from '../version.js';
 import { ActiveJob } from './activeJob.js';
 import { Batcher } from './batcher.js';
@@ -70,13 +69,6 @@ type Outcome = { ok: true; result: string } | { ok: false; error: unknown; final
 /** 'auto' prefetch buffers about this much work (ms of handler time per slot). */
 const PREFETCH_WINDOW_MS = 25;
 const MAX_AUTO_PREFETCH = 2000;
-/** After a server restart, workers get this long to reconnect before their jobs are reaped. */
-const RESTART_GRACE_MS = 10_000;
-/** History upkeep (partitions ahead, retention): at start, then this often. */
-const HISTORY_MAINTENANCE_MS = 60_000;
-/** Rows deleted per retention transaction, and batches per upkeep before yielding. */
-const HISTORY_BATCH = 10_000;
-const HISTORY_BATCHES = 100;
 
 /**
  * Runs jobs: claims them in batches (fairly across tenants), runs their handlers with
@@ -127,6 +119,8 @@ export class Worker {
   /** Timer checking the running jobs' time limits (one for all of them, not one per job). */
   #sweeper: NodeJS.Timeout | null = null;
   #sweepEvery = Number.POSITIVE_INFINITY;
+  /** Every worker takes part in the queue's upkeep (one process at a time does each part). */
+  #upkeep: Upkeep | null = null;
 
   constructor(host: WorkerHost, options: WorkerOptions) {
     this.#host = host;
@@ -188,10 +182,11 @@ export class Worker {
     this.#every(this.#opts.heartbeatMs, 'heartbeat', () => this.#heartbeat());
     const expiryEvery = Math.max(10, Math.min(250, Math.floor(this.#opts.leaseMarginMs / 4)));
     this.#timers.push(setInterval(() => this.#expireLeases(), expiryEvery));
-    this.#every(this.#opts.maintenanceMs, 'maintenance', () => this.#maintain());
-    this.#every(this.#opts.maintenanceMs, 'schedules', () => this.#fireSchedules());
-    this.#every(HISTORY_MAINTENANCE_MS, 'history', () => this.#maintainHistory());
-    void this.#once('history', () => this.#maintainHistory());
+    this.#upkeep = new Upkeep(
+      { schema: this.#host.schema, log: this.#host.log, database: this.#host.database, forget: () => {} },
+      { everyMs: this.#opts.maintenanceMs },
+    );
+    this.#upkeep.start();
     // two claims in flight: one is executing in the database while the worker takes in
     // the other's jobs (claims of unlimited tenants run in parallel)
     this.#loops = [this.#fetchLoop(), this.#fetchLoop()];
@@ -219,8 +214,10 @@ export class Worker {
   async #shutdown(): Promise<void> {
     this.#state = 'stopping';
     for (const timer of this.#timers) clearInterval(timer);
+    const upkeepStopped = this.#upkeep?.stop();
     this.#wakeUp();
     await Promise.all(this.#loops);
+    await upkeepStopped;
     for (const held of this.#buffer.drain()) {
       this.#requeuer.add(`{"id":"${held.row.id}","token":"${held.row.lease_token}","refund":true}`);
     }
@@ -663,41 +660,6 @@ export class Worker {
       concurrency: this.#opts.concurrency,
       version: VERSION,
     });
-  }
-
-  async #maintain(): Promise<void> {
-    let done: Awaited<ReturnType<typeof maintain>>;
-    try {
-      done = await maintain((this.#db as Database).pool, this.#host.schema, RESTART_GRACE_MS);
-    } catch (error) {
-      this.#host.log.error({ err: error }, 'upkeep failed: expired leases are not reaped, due jobs not promoted');
-      return;
-    }
-    for (const failed of done?.errors ?? []) {
-      this.#host.log.error(failed, `upkeep step ${failed.step} failed (the other steps ran): ${failed.message}`);
-    }
-    if (done && (done.released || done.dead || done.expired)) this.#host.log.debug(done, 'maintenance');
-  }
-
-  /** Enqueues due schedule ticks, a little ahead so that their jobs start on time. */
-  async #fireSchedules(): Promise<void> {
-    const lookaheadMs = Math.max(1000, 2 * this.#opts.maintenanceMs);
-    const done = await fireDueSchedules((this.#db as Database).pool, this.#host.schema, lookaheadMs);
-    for (const { name, error } of done?.errors ?? []) {
-      this.#host.log.warn({ err: error, schedule: name }, 'schedule skipped: its expression cannot be read');
-    }
-    if (done?.jobs) this.#host.log.debug(done, 'schedule ticks enqueued');
-  }
-
-  /** Partitions ahead and retention, a batch per transaction, until done or for a while. */
-  async #maintainHistory(): Promise<void> {
-    for (let i = 0; i < HISTORY_BATCHES && this.#state === 'running'; i++) {
-      const done = await maintainHistory((this.#db as Database).pool, this.#host.schema, HISTORY_BATCH);
-      if (done && (done.dropped.length > 0 || done.deleted > 0)) {
-        this.#host.log.info(done, 'history retention applied');
-      }
-      if (!done?.more) return;
-    }
   }
 
   /** A cancel announced for job `id` (NOTIFY): its attempt held here stops. */

@@ -2,19 +2,19 @@
  * The only two places where these tests lean on how the queue is stored today. Everything
  * else goes through the public API (Tusk, the CLI, the documented SQL functions).
  */
-import type { Lease, LeasedJob, Worker } from '../../src/index.js';
+import type { Lease, LeasedJob, Upkeep } from '../../src/index.js';
 import type { TestDb } from '../helpers.js';
 
 /**
- * UPKEEP HOOK — update this function when upkeep moves to its own component.
+ * UPKEEP HOOK
  *
- * Starts what reaps expired leases and dead workers, promotes due jobs and expires old
- * ones, every `everyMs`. Today any worker of the schema does it: this one serves a queue
- * nobody enqueues to, so it runs no jobs. The caller stops it (`await upkeep.stop()`).
+ * Starts the queue's upkeep (reaps expired leases and dead workers, promotes due jobs,
+ * expires old ones) every `everyMs`, with no worker. The caller stops it
+ * (`await upkeep.stop()`).
  */
-export async function startUpkeep(db: TestDb, everyMs = 50): Promise<Worker> {
-  const upkeep = db.worker({ queues: ['upkeep-only'], tasks: {}, maintenanceMs: everyMs });
-  await upkeep.start();
+export async function startUpkeep(db: TestDb, everyMs = 50): Promise<Upkeep> {
+  const upkeep = db.tusk.upkeep({ everyMs });
+  upkeep.start();
   return upkeep;
 }
 

@@ -78,6 +78,8 @@ export function drainCommand(program: Command): void {
         process.exit();
       }
       const drainer = started;
+      // a long-lived Tusk process: it takes part in the queue's upkeep
+      tusk.upkeep().start();
       let last = { at: Date.now(), forwarded: 0 };
       const progress =
         options.progressMs > 0

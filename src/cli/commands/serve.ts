@@ -8,6 +8,7 @@ interface Options {
   host: string;
   dashboard: boolean;
   metricsLagMs?: number;
+  upkeep: boolean;
 }
 
 export function serveCommand(program: Command): void {
@@ -19,6 +20,7 @@ export function serveCommand(program: Command): void {
     .option('-p, --port <port>', 'port (0: any free one)', intOption('--port', 0, 65535), 8080)
     .option('--host <host>', 'address to listen on (anything but loopback needs a token)', '127.0.0.1')
     .option('--no-dashboard', 'serve the API and metrics only')
+    .option('--no-upkeep', "leave the queue's upkeep (expired leases, due jobs, schedules…) to other processes")
     .option(
       '--metrics-lag-ms <ms>',
       'metrics count events up to this long ago, so that their transactions have committed (default 5000)',
@@ -40,6 +42,8 @@ export function serveCommand(program: Command): void {
           ...(options.metricsLagMs === undefined ? {} : { metrics: { lagMs: options.metricsLagMs } }),
         });
         const listening = await server.listen({ port: options.port, host: options.host });
+        // consumers of the HTTP API are not Tusk workers: the server keeps the queue moving
+        if (options.upkeep) tusk.upkeep().start();
         close = async () => {
           await listening.close();
           connection.release();

@@ -1,0 +1,137 @@
+// The queue keeps moving with no Tusk worker: the lease path (fetch_jobs) gives back
+// expired leases and promotes due jobs itself, and the rest of the upkeep runs in any
+// long-lived Tusk process or `tusk upkeep`.
+import { spawn } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+import { CLI, cliEnv, exited, tusk } from './cli.js';
+import { eventually, sleep, useTestDb } from './helpers.js';
+
+const db = useTestDb(import.meta.url);
+
+/** A consumer with nothing but SQL: fetch_jobs, as from psql or any driver. */
+async function sqlFetch(queue: string, leaseMs = 30_000) {
+  const { rows } = await db.pool.query<{ id: string; lease_token: string; attempts: number }>(
+    `SELECT id::text, lease_token::text, attempts FROM "${db.schema}".fetch_jobs(1, $1, $2)`,
+    [leaseMs, queue],
+  );
+  return rows[0] ?? null;
+}
+
+/** Unfinished jobs in `queue`. */
+async function waitingIn(queue: string): Promise<number> {
+  const { rows } = await db.pool.query<{ n: number }>(
+    `SELECT count(*)::integer AS n FROM "${db.schema}".jobs WHERE queue = $1`,
+    [queue],
+  );
+  return rows[0]?.n ?? 0;
+}
+
+describe('with SQL consumers alone, no Tusk process', () => {
+  it('a delayed job is handed out once due, not before', async () => {
+    const { id } = await db.tusk.enqueue('later', null, { queue: 'sql-delay', delayMs: 300 });
+    expect(await sqlFetch('sql-delay')).toBeNull();
+    await sleep(400);
+    expect((await sqlFetch('sql-delay'))?.id).toBe(id);
+  });
+
+  it('a job whose consumer died is handed out again once its lease ran out, and the old lease is refused', async () => {
+    const { id } = await db.tusk.enqueue('dies', null, { queue: 'sql-lease' });
+    const first = await sqlFetch('sql-lease', 300);
+    expect(first?.id).toBe(id);
+    expect(await sqlFetch('sql-lease')).toBeNull(); // still leased
+    await sleep(400);
+    const second = await sqlFetch('sql-lease');
+    expect(second).toMatchObject({ id, attempts: 2 });
+    expect(second?.lease_token).not.toBe(first?.lease_token);
+    const ack = (token: string | undefined) =>
+      db.pool.query<{ ok: boolean }>(`SELECT "${db.schema}".ack_job($1, $2, 'null') AS ok`, [id, token]);
+    expect((await ack(first?.lease_token)).rows[0]?.ok).toBe(false);
+    expect((await ack(second?.lease_token)).rows[0]?.ok).toBe(true);
+    expect((await db.tusk.getJob(id))?.errors[0]?.message).toBe('lease expired before the job finished');
+  });
+
+  it('a job out of attempts whose lease ran out ends dead at the next fetch', async () => {
+    const { id } = await db.tusk.enqueue('dies', null, { queue: 'sql-dead', maxAttempts: 1 });
+    expect((await sqlFetch('sql-dead', 200))?.id).toBe(id);
+    await sleep(300);
+    expect(await sqlFetch('sql-dead')).toBeNull();
+    expect((await db.tusk.getJob(id))?.state).toBe('dead');
+  });
+});
+
+describe('the upkeep component', () => {
+  it('runOnce: a lease run out goes back, a due job is promoted, an old job expires, a schedule fires', async () => {
+    const upkeep = db.tusk.upkeep();
+    const { id: leased } = await db.tusk.enqueue('x', null, { queue: 'u-lease' });
+    await db.tusk.fetch({ queue: 'u-lease', leaseMs: 100 });
+    const { id: delayed } = await db.tusk.enqueue('x', null, { queue: 'u-delay', delayMs: 100 });
+    const { id: old } = await db.tusk.enqueue('x', null, { queue: 'u-old', expiresAt: new Date(Date.now() + 100) });
+    await db.tusk.schedules.set('u-every-second', '* * * * * *', { task: 'tick', queue: 'u-ticks' });
+    await sleep(200);
+    const report = await upkeep.runOnce();
+    expect(report.queue).toMatchObject({ released: 1, promoted: 1, expired: 1, errors: [] });
+    expect(report.schedules?.jobs).toBeGreaterThan(0);
+    const states = await Promise.all([leased, delayed, old].map(async (id) => (await db.tusk.getJob(id))?.state));
+    expect(states).toEqual(['available', 'available', 'expired']);
+    expect(await waitingIn('u-ticks')).toBeGreaterThan(0);
+    await db.tusk.schedules.remove('u-every-second');
+    await upkeep.stop();
+  });
+
+  it('a step that fails is reported and the others still run', async () => {
+    // a lock the expiry step cannot get within its statement timeout: only that step fails
+    const { id: due } = await db.tusk.enqueue('x', null, { queue: 'u-fail', delayMs: 50 });
+    const { id: old } = await db.tusk.enqueue('x', null, { queue: 'u-fail2', expiresAt: new Date(Date.now() + 50) });
+    await sleep(100);
+    const blocker = await db.pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(`SELECT 1 FROM "${db.schema}".jobs WHERE id = $1 FOR UPDATE`, [old]);
+      // this upkeep's sessions wait 200 ms at most for a lock
+      const url = new URL(db.url);
+      url.searchParams.set('options', '-c lock_timeout=200');
+      const impatient = db.another({ connectionString: url.toString() });
+      const upkeep = impatient.upkeep();
+      try {
+        const report = await upkeep.runOnce();
+        expect(report.queue?.errors.map((e) => [e.step, e.code])).toEqual([['expire', '55P03']]);
+        expect(report.queue).toMatchObject({ promoted: 1 });
+        expect((await db.tusk.getJob(due))?.state).toBe('available');
+      } finally {
+        await upkeep.stop();
+        await impatient.close();
+      }
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+    }
+  });
+});
+
+describe('tusk upkeep', () => {
+  it('--once does one pass and prints what it did', async () => {
+    const { id } = await db.tusk.enqueue('x', null, { queue: 'cli-old', expiresAt: new Date(Date.now() + 50) });
+    await sleep(100);
+    const run = await tusk(cliEnv(db.url, db.schema), 'upkeep', '--once');
+    expect(run.code, run.stderr).toBe(0);
+    const report = JSON.parse(run.stdout);
+    expect(report.queue.errors).toEqual([]);
+    expect(report.queue.expired).toBeGreaterThanOrEqual(1);
+    expect((await db.tusk.getJob(id))?.state).toBe('expired');
+  });
+
+  it('keeps a deployment of foreign consumers moving: a cron schedule fires, then it stops on SIGTERM', async () => {
+    await db.tusk.schedules.set('cli-every-second', '* * * * * *', { task: 'tick', queue: 'cli-ticks' });
+    const child = spawn(process.execPath, [CLI, 'upkeep', '--every-ms', '100'], {
+      env: cliEnv(db.url, db.schema),
+      stdio: 'pipe',
+    });
+    try {
+      await eventually(async () => (await waitingIn('cli-ticks')) > 0, 10_000);
+    } finally {
+      child.kill('SIGTERM');
+      expect(await exited(child)).toBe(0);
+      await db.tusk.schedules.remove('cli-every-second');
+    }
+  });
+});
