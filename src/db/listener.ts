@@ -91,7 +91,8 @@ export class Listener {
         this.#options.log.info({}, `${this.#options.label} reconnected to the database`);
       } catch (error) {
         this.#options.log.debug({ err: error }, 'reconnect failed');
-        this.#retryMs = Math.min(this.#retryMs * 2, 5000);
+        // at most 1 s apart: a restarted server is found within a second of accepting connections
+        this.#retryMs = Math.min(this.#retryMs * 2, 1000);
         this.#scheduleReconnect();
       }
     }, this.#retryMs);
