@@ -30,9 +30,11 @@ BEGIN
   INTO v_retry, v_final
   FROM (SELECT l.*, jsonb_build_object('attempt', l.attempts, 'message', l.why,
           'name', 'LostJobError', 'at', now()) AS e FROM lost l) x;
+  -- only when there is something to do: finishing touches job_history, which a fetch
+  -- with no expired lease in sight must not wait for
   RETURN QUERY SELECT
-    (SELECT count(*)::integer FROM :SCHEMA.requeue_jobs(coalesce(v_retry, '[]'))),
-    (SELECT count(*)::integer FROM :SCHEMA.finish_jobs('dead', coalesce(v_final, '[]')));
+    CASE WHEN v_retry IS NULL THEN 0 ELSE (SELECT count(*)::integer FROM :SCHEMA.requeue_jobs(v_retry)) END,
+    CASE WHEN v_final IS NULL THEN 0 ELSE (SELECT count(*)::integer FROM :SCHEMA.finish_jobs('dead', v_final)) END;
 END $$;
 
 -- As in 000013, through requeue_lost.

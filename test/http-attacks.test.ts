@@ -576,7 +576,7 @@ describe("6. one tenant's heavy reads do not slow the others", () => {
       const waiting = async () =>
         (
           await db.rows<{ n: number }>(
-            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%api_tokens%' AND pid <> pg_backend_pid()`,
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%token%' AND pid <> pg_backend_pid()`,
           )
         )[0]?.n;
       await eventually(async () => (await waiting()) === 1);

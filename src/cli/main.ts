@@ -7,6 +7,7 @@ import { drainCommand } from './commands/drain.js';
 import { enqueueCommand } from './commands/enqueue.js';
 import { migrateCommand } from './commands/migrate.js';
 import { pruneCommand } from './commands/prune.js';
+import { rolesCommand } from './commands/roles.js';
 import { schedulesCommand } from './commands/schedules.js';
 import { serveCommand } from './commands/serve.js';
 import { statsCommand } from './commands/stats.js';
@@ -63,6 +64,7 @@ for (const register of [
   statsCommand,
   serveCommand,
   tokensCommand,
+  rolesCommand,
   demoCommand,
 ]) {
   register(program);

@@ -45,22 +45,16 @@ export async function revokeToken(db: Queryable, schema: string, id: number): Pr
 }
 
 /**
- * The live token with this hash, or null. Notes its use, at most once a minute, so that
- * busy clients do not turn every request into a write.
+ * The live token with this hash, or null. Notes its use, at most once a minute (see
+ * find_token: the server's database role reads tokens only through it).
  */
 export async function findToken(
   db: Queryable,
   schema: string,
   hash: Buffer,
 ): Promise<{ id: number; tenant: string | null; scopes: string[] } | null> {
-  const s = ident(schema);
   const { rows } = await db.query<{ id: number; tenant: string | null; scopes: string[] }>(
-    `WITH t AS (
-       SELECT id, tenant, scopes, last_used_at FROM ${s}.api_tokens WHERE token_hash = $1 AND revoked_at IS NULL),
-     touched AS (
-       UPDATE ${s}.api_tokens a SET last_used_at = now() FROM t
-       WHERE a.id = t.id AND (t.last_used_at IS NULL OR t.last_used_at < now() - interval '1 minute'))
-     SELECT id, tenant, scopes FROM t`,
+    `SELECT id, tenant, scopes FROM ${ident(schema)}.find_token($1)`,
     [hash],
   );
   return rows[0] ?? null;
@@ -72,7 +66,7 @@ export async function findToken(
  */
 export async function liveTokenHashes(db: Queryable, schema: string): Promise<Buffer[]> {
   const { rows } = await db.query<{ token_hash: Buffer }>(
-    `SELECT token_hash FROM ${ident(schema)}.api_tokens WHERE revoked_at IS NULL`,
+    `SELECT h AS token_hash FROM ${ident(schema)}.live_token_hashes() h`,
   );
   return rows.map((r) => r.token_hash);
 }

@@ -1,0 +1,39 @@
+import type { Queryable } from '../db/queryable.js';
+import { ident, literal } from '../db/schema.js';
+
+/** The least-privilege roles of a schema, by what they are for. */
+export function roleNames(prefix: string): { producer: string; worker: string; api: string } {
+  return { producer: `${prefix}_producer`, worker: `${prefix}_worker`, api: `${prefix}_api` };
+}
+
+/**
+ * Creates (if missing) the three NOLOGIN roles and grants them what they need on
+ * `schema`, nothing more (see sql/000016_roles.sql). Idempotent: run it again after an
+ * upgrade, so that new tables and functions are granted too. Needs CREATEROLE and the
+ * schema's ownership (or a superuser).
+ */
+export async function createRoles(db: Queryable, schema: string, prefix: string): Promise<void> {
+  const s = ident(schema);
+  const r = roleNames(prefix);
+  const [producer, worker, api] = [ident(r.producer), ident(r.worker), ident(r.api)];
+  const create = (name: string) =>
+    `IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = ${literal(name)}) THEN
+       CREATE ROLE ${ident(name)} NOLOGIN; END IF;`;
+  await db.query(`DO $$ BEGIN ${create(r.producer)} ${create(r.worker)} ${create(r.api)} END $$`);
+  await db.query(`
+    GRANT USAGE ON SCHEMA ${s} TO ${producer}, ${worker}, ${api};
+    -- producers: enqueue (jobs, staging, the dedup path), read jobs and history, check the schema
+    GRANT SELECT ON ${s}.migrations, ${s}.jobs, ${s}.job_history TO ${producer};
+    GRANT SELECT, INSERT ON ${s}.jobs, ${s}.staged_jobs TO ${producer};
+    GRANT USAGE ON SEQUENCE ${s}.jobs_id_seq TO ${producer};
+    GRANT EXECUTE ON FUNCTION ${s}.enqueue_dedup(jsonb) TO ${producer};
+    -- workers in any language: the lease functions, no table
+    GRANT EXECUTE ON FUNCTION ${s}.fetch_jobs(integer, integer, text, text), ${s}.ack_job(bigint, bigint, jsonb),
+      ${s}.nack_job(bigint, bigint, integer, jsonb), ${s}.extend_lease(bigint, bigint, integer) TO ${worker};
+    -- the API server: what its endpoints and its upkeep do, on every table but api_tokens
+    GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ${s} TO ${api};
+    REVOKE ALL ON ${s}.api_tokens FROM ${api};
+    REVOKE INSERT, UPDATE, DELETE ON ${s}.migrations FROM ${api};
+    GRANT USAGE ON ALL SEQUENCES IN SCHEMA ${s} TO ${api};
+    GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${s} TO ${api};`);
+}
