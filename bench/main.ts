@@ -31,7 +31,8 @@ program
   .command('peers', { isDefault: true })
   .description(
     'Tusk vs graphile-worker, pg-boss and BullMQ, one at a time: bulk enqueue, drain (defaults, tuned), ' +
-      'enqueue→start latency, worker RSS; and the bare DELETE … SKIP LOCKED ceiling',
+      'enqueue→start latency, worker RSS; and bare-SQL ceilings (DELETE … SKIP LOCKED, the same keeping ' +
+      'history, INSERT … SELECT generate_series)',
   )
   .option('--jobs <n>', 'jobs per bulk enqueue and drain', int('--jobs'), 100_000)
   .option(

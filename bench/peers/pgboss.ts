@@ -1,18 +1,29 @@
+import { availableParallelism } from 'node:os';
 import PgBoss from 'pg-boss';
 import { dropSchema } from '../../src/migrate/migrate.js';
 import { count, type Mode, type Payload, type Peer, type PeerContext } from './types.js';
 
 const QUEUE = 'bench';
 
+interface Work {
+  /** `work()` calls on the worker's instance: each adds its own polling loop. */
+  loops: number;
+  options: PgBoss.WorkOptions;
+}
+
 /**
- * pg-boss `work()` options. Its defaults fetch one job per poll and poll every 2 s.
- * Tuned: 100 jobs per fetch, and the shortest polling interval it accepts (0.5 s);
- * metadata off. (A v10 worker fetches once per polling interval unless a fetch and its
- * handler take longer, so batchSize / interval bounds one `work()` call's rate.)
+ * pg-boss 10 worker settings, as its docs give them (Workers, `work()`): each `work()`
+ * call adds a polling worker; `batchSize` is how many jobs one fetch returns; a worker
+ * polls every `pollingIntervalSeconds` (default 2, at least 0.5). Defaults: one `work()`,
+ * one job per fetch, every 2 s. Tuned, for throughput: four `work()` loops per core, each
+ * fetching up to 500 jobs and polling at the shortest interval accepted. (A worker fetches
+ * once per interval unless the fetch and its handler take longer, so loops × batchSize ÷
+ * interval bounds the rate.) Both use the instance's default pool of 10 connections.
  */
-const WORK: Record<Mode, PgBoss.WorkOptions> = {
-  defaults: {},
-  tuned: { batchSize: 100, pollingIntervalSeconds: 0.5, includeMetadata: false },
+const LOOPS = Math.max(1, availableParallelism()) * 4;
+const WORK: Record<Mode, Work> = {
+  defaults: { loops: 1, options: {} },
+  tuned: { loops: LOOPS, options: { batchSize: 500, pollingIntervalSeconds: 0.5, includeMetadata: false } },
 };
 
 /** Errors are emitted as events (an 'error' event without a listener throws): keep, don't print. */
@@ -47,6 +58,12 @@ export function pgbossPeer(ctx: PeerContext): Peer {
     label: 'pg-boss',
     schema,
     settings: WORK,
+    describe: {
+      defaults: '1 work(), batchSize 1, poll 2 s',
+      tuned:
+        `${WORK.tuned.loops} work() × batchSize ${WORK.tuned.options.batchSize}, ` +
+        `poll ${WORK.tuned.options.pollingIntervalSeconds} s`,
+    },
     drainCap: { defaults: { jobs: 5000, ms: 60_000 } },
     async setup() {
       await close();
@@ -77,9 +94,12 @@ export function pgbossPeer(ctx: PeerContext): Peer {
       // the worker's own instance, with pg-boss's defaults (maintenance, cron monitor, pool of 10)
       const worker = quiet(new PgBoss({ connectionString: ctx.url, schema }), errors);
       await worker.start();
-      await worker.work<Payload>(QUEUE, WORK[mode], async (jobs) => {
-        for (const j of jobs) onJob(j.data);
-      });
+      const { loops, options } = WORK[mode];
+      for (let i = 0; i < loops; i++) {
+        await worker.work<Payload>(QUEUE, options, async (jobs) => {
+          for (const j of jobs) onJob(j.data);
+        });
+      }
       return {
         async stop() {
           await worker.stop({ graceful: true, wait: true, timeout: 5000 });

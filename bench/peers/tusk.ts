@@ -28,6 +28,10 @@ export function tuskPeer(ctx: PeerContext): Peer {
     label: 'Tusk',
     schema,
     settings,
+    describe: {
+      defaults: 'concurrency 10, prefetch auto',
+      tuned: `prefetch ${TUSK_TUNED.prefetch}, batchSize ${TUSK_TUNED.batchSize}, asyncCommit`,
+    },
     async setup() {
       await close();
       await ctx.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);

@@ -45,6 +45,8 @@ export interface Peer {
   readonly schema: string;
   /** The worker settings of each mode, as passed to the system (for the results file). */
   readonly settings: Record<Mode, unknown>;
+  /** The same, in a few words for the printed table. */
+  readonly describe: Record<Mode, string>;
   /**
    * A cap on a drain for a mode that is hopelessly slow (pg-boss defaults poll every 2 s,
    * one job per fetch): drain at most `jobs` or for `ms`, and rate what completed.
