@@ -15,6 +15,9 @@ ALTER FUNCTION :SCHEMA.nack_job(bigint, bigint, integer, jsonb) SECURITY DEFINER
 ALTER FUNCTION :SCHEMA.extend_lease(bigint, bigint, integer) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 -- Deduplicated enqueue: a producer need not UPDATE jobs (an expired key is given up here).
 ALTER FUNCTION :SCHEMA.enqueue_dedup(jsonb) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+-- Enqueue from SQL: a producer calls these (its INSERT privilege is for the library's own path).
+ALTER FUNCTION :SCHEMA.enqueue_job(text, jsonb, jsonb) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION :SCHEMA.enqueue_jobs(jsonb) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 -- History partitions are DDL: done as the owner, whoever runs the upkeep.
 ALTER FUNCTION :SCHEMA.ensure_history_partitions(integer) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION :SCHEMA.maintain_history(integer) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
@@ -45,6 +48,8 @@ REVOKE EXECUTE ON FUNCTION
   :SCHEMA.nack_job(bigint, bigint, integer, jsonb),
   :SCHEMA.extend_lease(bigint, bigint, integer),
   :SCHEMA.enqueue_dedup(jsonb),
+  :SCHEMA.enqueue_job(text, jsonb, jsonb),
+  :SCHEMA.enqueue_jobs(jsonb),
   :SCHEMA.ensure_history_partitions(integer),
   :SCHEMA.maintain_history(integer),
   :SCHEMA.prune_history(integer),

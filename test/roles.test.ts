@@ -4,7 +4,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Tusk } from '../src/index.js';
 import { tusk as cli, cliEnv } from './cli.js';
-import { useTestDb } from './helpers.js';
+import { eventually, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 const prefix = `tr_${randomBytes(3).toString('hex')}`;
@@ -87,6 +87,8 @@ describe('least-privilege roles', () => {
     const staged = await producer.stage(c, 'p', null, { queue: 'roles-p' });
     await c.query('COMMIT');
     expect(staged.id).toMatch(/^\d+$/);
+    const fromSql = await c.query(`SELECT ${s}.enqueue_job('p', '{"via": "sql"}', '{"queue": "roles-p"}') AS id`);
+    expect((await producer.getJob(fromSql.rows[0].id))?.payload).toEqual({ via: 'sql' });
     await denied(c.query(`SELECT * FROM ${s}.fetch_jobs(1, 1000)`));
     await denied(c.query(`UPDATE ${s}.jobs SET priority = 1`));
     await denied(c.query(`DELETE FROM ${s}.jobs`));
@@ -128,6 +130,12 @@ describe('least-privilege roles', () => {
     }
     const report = await api.upkeep().runOnce();
     expect(report.queue?.errors).toEqual([]);
+    // a Node worker runs with the API role's rights too
+    const { id } = await api.enqueue('n', null, { queue: 'roles-node' });
+    const worker = db.worker({ queues: ['roles-node'], tasks: { n: () => 'done' } }, api);
+    await worker.start();
+    await eventually(async () => (await db.tusk.getJob(id))?.state === 'succeeded');
+    await worker.stop();
     const c = await client(logins.api);
     const s = `"${db.schema}"`;
     await denied(c.query(`SELECT * FROM ${s}.api_tokens`));

@@ -26,7 +26,8 @@ export async function createRoles(db: Queryable, schema: string, prefix: string)
     GRANT SELECT ON ${s}.migrations, ${s}.jobs, ${s}.job_history TO ${producer};
     GRANT SELECT, INSERT ON ${s}.jobs, ${s}.staged_jobs TO ${producer};
     GRANT USAGE ON SEQUENCE ${s}.jobs_id_seq TO ${producer};
-    GRANT EXECUTE ON FUNCTION ${s}.enqueue_dedup(jsonb) TO ${producer};
+    GRANT EXECUTE ON FUNCTION ${s}.enqueue_dedup(jsonb), ${s}.enqueue_job(text, jsonb, jsonb),
+      ${s}.enqueue_jobs(jsonb) TO ${producer};
     -- workers in any language: the lease functions, no table
     GRANT EXECUTE ON FUNCTION ${s}.fetch_jobs(integer, integer, text, text), ${s}.ack_job(bigint, bigint, jsonb),
       ${s}.nack_job(bigint, bigint, integer, jsonb), ${s}.extend_lease(bigint, bigint, integer) TO ${worker};
