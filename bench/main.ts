@@ -1,10 +1,11 @@
 // npm run bench -- [suite] [options]: benchmarks that print tables and write
-// bench/results/*.json. Suites: peers (the default), scaling, fairness, drain, history.
+// bench/results/*.json. Suites: peers (the default), scaling, fairness, lanes, drain, history.
 import { Command, InvalidArgumentError } from 'commander';
 import { benchDatabase } from './lib/env.js';
 import { drain } from './suites/drain.js';
 import { fairness } from './suites/fairness.js';
 import { history } from './suites/history.js';
+import { lanes } from './suites/lanes.js';
 import { peers, TARGETS, type Target } from './suites/peers.js';
 import { scaling } from './suites/scaling.js';
 
@@ -114,6 +115,26 @@ program
         processes: 2,
         concurrency: 16,
         timeoutMs: (options.quick ? 10 : options.timeout) * 1000,
+      });
+      if (!ok) process.exitCode = 1;
+    } finally {
+      await db.close();
+    }
+  });
+
+program
+  .command('lanes')
+  .description("the lane flood: another tenant's fetch while one tenant has 150 000 distinct concurrency keys waiting")
+  .option('--keys <n>', "the flooding tenant's distinct keys", int('--keys'), 150_000)
+  .option('--fetches <n>', 'fetches timed per case', int('--fetches'), 50)
+  .option('--quick', 'a smoke run (20 000 keys, 20 fetches)')
+  .action(async (options: { keys: number; fetches: number; quick?: boolean }) => {
+    const db = await benchDatabase();
+    try {
+      const ok = await lanes({
+        url: db.url,
+        keys: options.quick ? 20_000 : options.keys,
+        fetches: options.quick ? 20 : options.fetches,
       });
       if (!ok) process.exitCode = 1;
     } finally {

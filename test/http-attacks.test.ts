@@ -711,3 +711,64 @@ describe('8. scopes, tenant checks, cursors, aborted uploads, caching', () => {
     }
   });
 });
+
+describe('7. a tenant flooding concurrency keys does not slow the others', () => {
+  /** Index scans on jobs (every index) made by `sql` in one transaction: its work, not its time. */
+  async function indexScans(sql: string, values: unknown[] = []): Promise<{ scans: number; rows: unknown[] }> {
+    const c = await db.pool.connect();
+    try {
+      await c.query('BEGIN');
+      const { rows } = await c.query(sql.replaceAll('$schema', `"${db.schema}"`), values);
+      const { rows: stats } = await c.query<{ n: string }>(
+        `SELECT coalesce(sum(pg_stat_get_xact_numscans(i.indexrelid)), 0) AS n FROM pg_index i
+         WHERE i.indrelid = $1::regclass`,
+        [`"${db.schema}".jobs`],
+      );
+      await c.query('ROLLBACK');
+      return { scans: Number(stats[0]?.n), rows };
+    } finally {
+      c.release();
+    }
+  }
+
+  it('5 000 distinct keys of one tenant: another tenant’s fetch, and a claim for everyone, look at a bounded number of lanes', async () => {
+    const flood = Array.from({ length: 5000 }, (_, k) => ({
+      task: 'flood',
+      tenant: 'flooder',
+      queue: 'lanes',
+      concurrencyKey: `k${String(k).padStart(5, '0')}`,
+    }));
+    // over HTTP, as the attack came
+    for (let i = 0; i < flood.length; i += 2500) {
+      const r = await request(listening.url, '/api/jobs', {
+        method: 'POST',
+        headers: { ...bearer(ADMIN), ...json },
+        body: JSON.stringify({ jobs: flood.slice(i, i + 2500) }),
+      });
+      expect(r.status, r.body).toBe(201);
+    }
+    const { id: victim } = await db.tusk.enqueue('work', null, { tenant: 'victim', queue: 'lanes' });
+
+    // the victim's own fetch: its pair only, whatever the flooder has waiting
+    const own = await indexScans(`SELECT id::text FROM $schema.fetch_jobs(1, 30000, 'lanes', 'victim')`);
+    expect(own.rows).toEqual([{ id: victim }]);
+    expect(own.scans).toBeLessThan(20);
+
+    // a claim for every tenant, the flooder without a per-key limit: keys do not matter to it
+    const anyone = await indexScans(`SELECT id FROM $schema.fetch_jobs(10, 30000, 'lanes')`);
+    expect(anyone.rows).toHaveLength(10);
+    expect(anyone.scans).toBeLessThan(50);
+
+    // with a per-key limit the flooder's keys are lanes: a claim reads at most key_lanes of them
+    await db.tusk.tenants.set('flooder', { perKey: 1 });
+    await db.pool.query(`UPDATE "${db.schema}".config SET key_lanes = 100`);
+    const keyed = await indexScans(
+      `SELECT concurrency_key FROM $schema.fetch_jobs(500, 30000, 'lanes', 'flooder') ORDER BY 1`,
+    );
+    expect(keyed.rows).toHaveLength(100); // one job of each of the first 100 keys
+    expect(keyed.rows.at(-1)).toEqual({ concurrency_key: 'k00099' });
+    // about three index scans a lane (find it, count its running jobs, read its job): 100 lanes, not 5 000
+    expect(keyed.scans).toBeLessThan(400);
+    await db.pool.query(`UPDATE "${db.schema}".config SET key_lanes = DEFAULT`);
+  });
+});

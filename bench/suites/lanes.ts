@@ -1,0 +1,136 @@
+// The lane flood: one tenant enqueues jobs with distinct concurrency keys (150 000 by
+// default); how long does another tenant's fetch of one job take, and a fetch for any
+// tenant? Each fetch is timed inside a transaction that is rolled back, so every one
+// finds the same queue.
+import { performance } from 'node:perf_hooks';
+import pg from 'pg';
+import { renderTable } from '../../src/cli/table.js';
+import { dropSchema } from '../../src/migrate/migrate.js';
+import { mean, percentile, saveResults, serverInfo, status, statusDone } from '../lib/env.js';
+import { Tusk } from '../lib/tusk.js';
+
+export interface LanesOptions {
+  url: string;
+  /** Distinct keys the flooding tenant enqueues. */
+  keys: number;
+  /** Fetches timed per case. */
+  fetches: number;
+}
+
+const SCHEMA = 'bench_lanes';
+/** Goal: another tenant's fetch with the flood ≤ 2× without it. */
+const GOAL = 2;
+
+interface Case {
+  fetch: string;
+  without: number;
+  withFlood: number;
+  p95With: number;
+}
+
+async function timeFetch(pool: pg.Pool, tenant: string | null, n: number): Promise<number[]> {
+  const c = await pool.connect();
+  const times: number[] = [];
+  try {
+    for (let i = 0; i < n; i++) {
+      await c.query('BEGIN');
+      const t = performance.now();
+      const { rows } = await c.query(`SELECT id FROM "${SCHEMA}".fetch_jobs(1, 30000, 'lanes', $1)`, [tenant]);
+      times.push(performance.now() - t);
+      await c.query('ROLLBACK');
+      if (rows.length !== 1) throw new Error(`lanes: a fetch for ${tenant ?? 'any tenant'} found no job`);
+    }
+  } finally {
+    c.release();
+  }
+  return times;
+}
+
+export async function lanes(o: LanesOptions): Promise<boolean> {
+  const pool = new pg.Pool({ connectionString: o.url, max: 2 });
+  const tusk = new Tusk({ connectionString: o.url, schema: SCHEMA, logger: false });
+  try {
+    status('lanes · setting up');
+    await dropSchema(pool, SCHEMA);
+    await tusk.migrate();
+    // the victims: a few tenants with a job each waiting
+    await tusk.enqueueMany(
+      Array.from({ length: 10 }, (_, k) => ({ task: 'work', tenant: `victim${k}`, queue: 'lanes' })),
+    );
+    await pool.query(`ANALYZE "${SCHEMA}".jobs`);
+    const before = { own: await timeFetch(pool, 'victim0', o.fetches), any: await timeFetch(pool, null, o.fetches) };
+
+    for (let k = 0; k < o.keys; k += 10_000) {
+      status(`lanes · flooding ${k.toLocaleString('en')} / ${o.keys.toLocaleString('en')} keys`);
+      const n = Math.min(10_000, o.keys - k);
+      await tusk.enqueueMany(
+        Array.from({ length: n }, (_, i) => ({
+          task: 'flood',
+          tenant: 'flooder',
+          queue: 'lanes',
+          concurrencyKey: `key-${k + i}`,
+        })),
+      );
+    }
+    await pool.query(`ANALYZE "${SCHEMA}".jobs`);
+    status('lanes · timing fetches with the flood');
+    const after = { own: await timeFetch(pool, 'victim0', o.fetches), any: await timeFetch(pool, null, o.fetches) };
+    await pool.query(`UPDATE "${SCHEMA}".tenants SET per_key = 1 WHERE tenant = 'flooder'`);
+    const keyed = { own: await timeFetch(pool, 'victim0', o.fetches), any: await timeFetch(pool, null, o.fetches) };
+    statusDone();
+
+    const cases: Case[] = [
+      {
+        fetch: "another tenant's fetch of one job",
+        without: mean(before.own),
+        withFlood: mean(after.own),
+        p95With: percentile(after.own, 95) ?? 0,
+      },
+      {
+        fetch: 'a fetch for any tenant',
+        without: mean(before.any),
+        withFlood: mean(after.any),
+        p95With: percentile(after.any, 95) ?? 0,
+      },
+      {
+        fetch: "another tenant's fetch, flooder with perKey 1",
+        without: mean(before.own),
+        withFlood: mean(keyed.own),
+        p95With: percentile(keyed.own, 95) ?? 0,
+      },
+      {
+        fetch: 'a fetch for any tenant, flooder with perKey 1',
+        without: mean(before.any),
+        withFlood: mean(keyed.any),
+        p95With: percentile(keyed.any, 95) ?? 0,
+      },
+    ];
+    const server = await serverInfo(o.url);
+    const ratio = cases[0] ? cases[0].withFlood / cases[0].without : Number.POSITIVE_INFINITY;
+    const met = ratio <= GOAL;
+    console.log(
+      [
+        `Lane flood: one tenant with ${o.keys.toLocaleString('en')} jobs of distinct concurrency keys waiting, 10 other tenants with one job each; mean of ${o.fetches} fetches per case, each rolled back (PostgreSQL ${server.server_version})`,
+        '',
+        renderTable(
+          ['fetch', 'ms without the flood', 'ms with it', 'p95 ms with it', '×'],
+          cases.map((c) => [
+            c.fetch,
+            c.without.toFixed(2),
+            c.withFlood.toFixed(2),
+            c.p95With.toFixed(2),
+            (c.withFlood / c.without).toFixed(2),
+          ]),
+        ),
+        '',
+        `Goal: another tenant's fetch with the flood ≤ ${GOAL}× without it — ${met ? 'met' : 'NOT met'} (${ratio.toFixed(2)}×)`,
+      ].join('\n'),
+    );
+    await saveResults('lanes', { options: o, server, cases, goal: { ratio, met } });
+    return met;
+  } finally {
+    await dropSchema(pool, SCHEMA).catch(() => {});
+    await tusk.close();
+    await pool.end();
+  }
+}
