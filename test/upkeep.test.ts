@@ -135,3 +135,54 @@ describe('tusk upkeep', () => {
     }
   });
 });
+
+describe('tusk serve alone, consumers over HTTP', () => {
+  it('keeps delays, lease recovery and schedules: no worker anywhere', async () => {
+    const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--no-dashboard'], {
+      env: cliEnv(db.url, db.schema),
+      stdio: 'pipe',
+    });
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        child.stdout?.on('data', (d) => {
+          out += d;
+          const m = /serving on (http:\/\/\S+)/.exec(out);
+          if (m?.[1]) resolve(m[1]);
+        });
+        child.once('exit', (code) => reject(new Error(`tusk serve exited (${code})`)));
+      });
+      const call = async (path: string, body: unknown) => {
+        const r = await fetch(`${url}${path}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        });
+        return (await r.json()) as { jobs: Array<{ id: string; token: string; attempt: number }> };
+      };
+      const { id: delayed } = await db.tusk.enqueue('later', null, { queue: 'serve-delay', delayMs: 300 });
+      expect((await call('/api/fetch', { queue: 'serve-delay' })).jobs).toEqual([]);
+      // handed out once due (an upkeep promoting it that very moment may hold it for a call)
+      const fetched = async (queue: string) => (await call('/api/fetch', { queue })).jobs;
+      await sleep(300);
+      let got: Awaited<ReturnType<typeof fetched>> = [];
+      await eventually(async () => (got = await fetched('serve-delay')).length > 0, 5000);
+      expect(got.map((j) => j.id)).toEqual([delayed]);
+
+      const { id: dropped } = await db.tusk.enqueue('dies', null, { queue: 'serve-lease' });
+      const first = (await call('/api/fetch', { queue: 'serve-lease', leaseMs: 300 })).jobs[0];
+      expect(first?.id).toBe(dropped);
+      expect(await fetched('serve-lease')).toEqual([]); // still leased
+      await sleep(300);
+      await eventually(async () => (got = await fetched('serve-lease')).length > 0, 5000);
+      expect(got[0]).toMatchObject({ id: dropped, attempt: 2 });
+
+      await db.tusk.schedules.set('serve-every-second', '* * * * * *', { task: 'tick', queue: 'serve-ticks' });
+      await eventually(async () => (await waitingIn('serve-ticks')) > 0, 10_000);
+      await db.tusk.schedules.remove('serve-every-second');
+    } finally {
+      child.kill('SIGTERM');
+      await exited(child);
+    }
+  });
+});
