@@ -10,12 +10,14 @@ const db = useTestDb(import.meta.url);
 const prefix = `tr_${randomBytes(3).toString('hex')}`;
 const logins = { producer: `${prefix}_p_login`, worker: `${prefix}_w_login`, api: `${prefix}_a_login` };
 const opened: Array<{ end(): Promise<void> } | Tusk> = [];
+// a password too: the embedded server asks for one (SCRAM), a trust server ignores it
+const PASSWORD = randomBytes(12).toString('hex');
 
-/** A connection string logging in as `user` (trust auth on this server). */
+/** A connection string logging in as `user`. */
 function as(user: string): string {
   const url = new URL(db.url);
   url.username = user;
-  url.password = '';
+  url.password = PASSWORD;
   return url.toString();
 }
 
@@ -35,7 +37,7 @@ beforeAll(async () => {
   // idempotent: a second run changes nothing and does not fail
   expect((await cli(cliEnv(db.url, db.schema), 'roles', 'create', '--prefix', prefix)).code).toBe(0);
   for (const [kind, login] of Object.entries(logins)) {
-    await db.pool.query(`CREATE ROLE "${login}" LOGIN IN ROLE "${prefix}_${kind}"`);
+    await db.pool.query(`CREATE ROLE "${login}" LOGIN PASSWORD '${PASSWORD}' IN ROLE "${prefix}_${kind}"`);
   }
 });
 
