@@ -1,7 +1,7 @@
 // npm run bench -- [suite] [options]: benchmarks that print tables and write
 // bench/results/*.json. Suites: peers (the default), scaling, fairness, lanes, drain, history.
 import { Command, InvalidArgumentError } from 'commander';
-import { benchDatabase } from './lib/env.js';
+import { benchDatabase, writeSummary } from './lib/env.js';
 import { drain } from './suites/drain.js';
 import { fairness } from './suites/fairness.js';
 import { history } from './suites/history.js';
@@ -18,6 +18,25 @@ const int = (name: string) => (v: string) => {
 const program = new Command('bench')
   .description('Tusk benchmarks (DATABASE_URL, else an embedded PostgreSQL)')
   .showHelpAfterError();
+
+// A full run's report becomes the suite's summary in docs/benchmarks/ (a quick run only prints).
+let printed: string[] | null = null;
+const print = console.log;
+program.hook('preAction', (_program, action) => {
+  if (action.opts().quick) return;
+  printed = [];
+  console.log = (...args: unknown[]) => {
+    printed?.push(args.map(String).join(' '));
+    print(...args);
+  };
+});
+program.hook('postAction', async (_program, action) => {
+  console.log = print;
+  if (!printed) return;
+  const command = ['npm run bench --', action.name(), ...action.args].join(' ');
+  const file = await writeSummary(action.name(), command, printed.join('\n'));
+  print(`summary kept in ${file}`);
+});
 
 const targets = (v: string): Target[] => {
   const list = v.split(',').map((s) => s.trim().toLowerCase());

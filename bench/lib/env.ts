@@ -21,7 +21,22 @@ export function percentile(values: number[], p: number): number | null {
 
 export const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / Math.max(1, values.length);
 
-/** Writes a run's results to bench/results/<suite>-<time>.json; returns the path. */
+/**
+ * Keeps the printed report of a full run as the suite's one summary, docs/benchmarks/<suite>.md
+ * (dated, with its command): the runs' raw JSON stays out of the repository.
+ */
+export async function writeSummary(suite: string, command: string, report: string): Promise<string> {
+  const dir = new URL('../../docs/benchmarks/', import.meta.url);
+  await mkdir(dir, { recursive: true });
+  const text =
+    `# Benchmark: ${suite}\n\nLast full run ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, ` +
+    `\`${command}\` on a 2-core machine; ratios within one run are what compare.\n\n` +
+    `\`\`\`text\n${report.trim()}\n\`\`\`\n`;
+  await writeFile(new URL(`${suite}.md`, dir), text);
+  return `docs/benchmarks/${suite}.md`;
+}
+
+/** Writes a run's results to bench/results/<suite>-<time>.json (not kept in git); returns the path. */
 export async function saveResults(suite: string, data: unknown): Promise<string> {
   const dir = new URL('../results/', import.meta.url);
   await mkdir(dir, { recursive: true });
