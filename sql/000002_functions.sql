@@ -105,7 +105,7 @@ END $$;
 -- Measured (npm run bench -- fairness, PostgreSQL 15, 2 cores): tenant A floods 1 000 000
 -- jobs with 5 slots, 50 tenants have 1 job each, 2 processes x 16 workers. One claim takes
 -- 1.87 ms with A at 1 000 jobs and 2.15 ms at 1 000 000 (1.15x); the small tenants' jobs
--- start p50 1.9 ms, p99 6.7 ms after enqueue. Seed 000's query in the same run: 0.6 ms
+-- start p50 1.9 ms, p99 6.7 ms after enqueue. a claim query without lanes in the same run: 0.6 ms
 -- -> 161 ms per claim (270x) and p99 4.4 s; a plain global FIFO starts none in 30 s.
 -- A per-tenant `running` counter decremented by completions was the alternative; it
 -- makes completions lock tenant rows that claims then skip, for no gain in exactness.

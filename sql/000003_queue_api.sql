@@ -1,5 +1,5 @@
--- The queue as SQL for workers in any language (seed 002's Disque-style API), job
--- deduplication (seed 000), and re-queueing finished jobs.
+-- The queue as SQL for workers in any language (Disque-style API), job
+-- deduplication, and re-queueing finished jobs.
 --
 --   SELECT * FROM tusk.fetch_jobs(10, 30000);            -- lease up to 10 jobs for 30 s
 --   SELECT tusk.extend_lease(42, 1, 60000);              -- WORKING: keep it 60 s more
@@ -48,7 +48,7 @@ BEGIN
   RETURN CASE WHEN coalesce(p_delay_ms, 0) > 0 THEN 'failed' ELSE 'available' END;
 END $$;
 
--- Seed 002's WORKING: the lease of a leased job now ends p_ms from now. Returns the new
+-- WORKING: the lease of a leased job now ends p_ms from now. Returns the new
 -- end, NULL if the lease is not held any more.
 CREATE FUNCTION :SCHEMA.extend_lease(p_id bigint, p_attempt integer, p_ms integer)
 RETURNS timestamptz LANGUAGE sql AS $$

@@ -1,4 +1,4 @@
--- Tusk schema, version 4: transactionally-staged jobs (seed 003).
+-- Tusk schema, version 4: transactionally-staged jobs.
 --
 -- stage() writes here inside the caller's transaction; one drainer per schema (a session
 -- advisory lock) forwards rows in id order to a sink (Tusk's own jobs table, BullMQ, ...)

@@ -1,4 +1,4 @@
--- The record a job is about (seed 000's source_type, source_id, source_method): set by
+-- The record a job is about (source_type, source_id, source_method): set by
 -- `tusk.async(instance).method(...)` and by the `source` option of enqueue. Kept on the
 -- job through its life and in history, indexed for "every job of report 42".
 

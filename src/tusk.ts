@@ -274,7 +274,7 @@ export class Tusk<L extends TaskList = TaskList> {
   }
 
   /**
-   * Stages a job inside your transaction (seed 003): the row is written through `tx`, so
+   * Stages a job inside your transaction: the row is written through `tx`, so
    * it exists only if your transaction commits, and a drainer (`tusk.drainer()`,
    * `tusk drain`) forwards it to a sink (Tusk's own queue, BullMQ, or yours) at least
    * once. `tx` is any connection `enqueue`'s `client` takes. Returns the staged row's id.
@@ -337,7 +337,7 @@ export class Tusk<L extends TaskList = TaskList> {
   }
 
   /**
-   * Leases up to `count` jobs for a worker outside this process (seed 002's GET): they are
+   * Leases up to `count` jobs for a worker outside this process (GET): they are
    * `running` until `ack`ed or `nack`ed, or until the lease runs out — then they go back to
    * the queue (the attempt counts). Same fairness and slots as workers.
    *
@@ -374,7 +374,7 @@ export class Tusk<L extends TaskList = TaskList> {
   }
 
   /**
-   * Completes a leased job with its result (seed 002's ACK). Throws LeaseLostError if the
+   * Completes a leased job with its result (ACK). Throws LeaseLostError if the
    * lease is not held any more — it ran out and the job was leased again, or it was
    * already acked: a job is never completed twice.
    */
@@ -387,7 +387,7 @@ export class Tusk<L extends TaskList = TaskList> {
   }
 
   /**
-   * Gives a leased job back after a failed attempt (seed 002's NACK): retried after
+   * Gives a leased job back after a failed attempt (NACK): retried after
    * `delayMs` (default at once), or `dead` if out of attempts. Returns its state.
    */
   async nack(lease: Lease, options: { delayMs?: number; error?: string } = {}): Promise<JobState> {
@@ -399,7 +399,7 @@ export class Tusk<L extends TaskList = TaskList> {
     return state as JobState;
   }
 
-  /** Keeps a leased job for `ms` more from now (seed 002's WORKING). Returns the new end. */
+  /** Keeps a leased job for `ms` more from now (WORKING). Returns the new end. */
   async extendLease(lease: Lease, ms: number): Promise<Date> {
     const { id, token } = parse(leaseSchema, lease, 'lease');
     const duration = parse(leaseMsSchema, ms, 'ms');
@@ -478,7 +478,7 @@ export class Tusk<L extends TaskList = TaskList> {
   }
 
   /**
-   * Registers a class whose methods can run as jobs (seed 000's `obj.async.method()`):
+   * Registers a class whose methods can run as jobs (`obj.async.method()`):
    * `tusk.async(instance).method(...args)` enqueues the job `Type.method` with the
    * instance's id as its source, and a worker of this instance loads the instance with
    * `load` and calls the method (its return value is the job's result).

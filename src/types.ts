@@ -33,7 +33,7 @@ export interface JobError {
 }
 
 /**
- * The record a job is about (seed 000's source): the class, the id and the method of a
+ * The record a job is about (source): the class, the id and the method of a
  * `tusk.async(instance).method()` call, or what an enqueue's `source` option gave.
  */
 export interface JobSource {
@@ -97,7 +97,7 @@ export interface EnqueueOptions {
   /** Limits running jobs per key inside the tenant (see `tenants.set(..., { perKey })`). */
   concurrencyKey?: string;
   /**
-   * Deduplication (seed 000): while an unfinished job of the same tenant with the same key
+   * Deduplication: while an unfinished job of the same tenant with the same key
    * exists, enqueued within `dedupWindowMs` (default 10 minutes), enqueueing returns that
    * job's id (`deduplicated: true`) instead of adding one. `dedupe: true` derives the key
    * from the task and payload; `dedupKey` gives it.

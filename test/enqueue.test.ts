@@ -257,7 +257,7 @@ describe('bad input: a clear error naming the field, nothing written', () => {
   });
 });
 
-describe('transactional enqueue (seed 003)', () => {
+describe('transactional enqueue', () => {
   it('commits with the caller', async () => {
     const client = await db.pool.connect();
     try {

@@ -32,7 +32,7 @@ const get = async (url: string, token?: string) => {
 };
 
 describe('tusk serve and tusk tokens', () => {
-  it('without a token: loopback only, no auth; then tokens make it ask for one; seed 000’s flow over HTTP', async () => {
+  it('without a token: loopback only, no auth; then tokens make it ask for one; submit, poll, result over HTTP', async () => {
     const refused = await tusk(env(), 'serve', '--port', '0', '--host', '0.0.0.0');
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/refusing to listen on 0\.0\.0\.0 without a token/);
@@ -65,7 +65,7 @@ describe('tusk serve and tusk tokens', () => {
     // the running server notices the new tokens within its cache time (2 s)
     await eventually(async () => (await get(`${url}/api/whoami`)).status === 401, 5_000, 100);
 
-    // seed 000: the web app submits a request, gets an id, polls until the result is ready
+    // the web app submits a request, gets an id, polls until the result is ready
     const submitted = await fetch(`${url}/api/jobs`, {
       method: 'POST',
       headers: { authorization: `Bearer ${acme}`, 'content-type': 'application/json' },

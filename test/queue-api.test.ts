@@ -11,7 +11,7 @@ const finished = (id: string, tusk: Tusk = db.tusk) =>
 const emptyQueue = async (queue: string) =>
   (await db.rows('SELECT 1 FROM $schema.jobs WHERE queue = $1 LIMIT 1', [queue])).length === 0;
 
-describe('named queues with weights (seed 004)', () => {
+describe('named queues with weights', () => {
   it('both queues full: the served ratio over 10 000 jobs is 8:1 within 5 %', async () => {
     const per = 12_000;
     for (const queue of ['w-critical', 'w-default']) {
@@ -77,7 +77,7 @@ describe('named queues with weights (seed 004)', () => {
   });
 });
 
-describe('retry policies (seed 004)', () => {
+describe('retry policies', () => {
   it('a backoff function returning false ends the job dead at once', async () => {
     const worker = db.worker({
       queues: ['rp1'],
@@ -163,7 +163,7 @@ describe('retry policies (seed 004)', () => {
   });
 });
 
-describe('Disque-style leases for external workers (seed 002)', () => {
+describe('Disque-style leases for external workers', () => {
   it('fetch, extendLease, ack; a second ack of the same lease is refused', async () => {
     const { id } = await db.tusk.enqueue('external', { n: 1 }, { queue: 'ext' });
     const [job] = await db.tusk.fetch({ queue: 'ext', count: 5, leaseMs: 10_000 });
@@ -226,7 +226,7 @@ describe('Disque-style leases for external workers (seed 002)', () => {
   });
 });
 
-describe('deduplication (seed 000)', () => {
+describe('deduplication', () => {
   it('50 concurrent identical enqueues produce exactly one job', async () => {
     const tusks = Array.from({ length: 5 }, () => db.another({ maxConnections: 10 }));
     const results = await Promise.all(
@@ -274,7 +274,7 @@ describe('deduplication (seed 000)', () => {
   });
 });
 
-describe('delayed jobs (seed 004)', () => {
+describe('delayed jobs', () => {
   it('promoting due jobs reads only the due ones, however many wait for later', async () => {
     const client = await db.pool.connect();
     try {

@@ -117,7 +117,7 @@ describe.each(kinds)('transactional enqueue through a %s', (kind, inTransaction)
   });
 });
 
-describe('the race of seed 003: an idle worker never sees an uncommitted job', () => {
+describe('the race of staging: an idle worker never sees an uncommitted job', () => {
   it.each([
     ['pg PoolClient', onPgClient],
     ['Kysely transaction', onKysely],

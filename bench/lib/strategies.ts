@@ -1,5 +1,5 @@
 // The claim strategies Tusk is compared with in the fairness benchmark, on a table shaped
-// like seed 000's (jobs with a tenant and a status, tenant_queues with slots).
+// like (jobs with a tenant and a status, tenant_queues with slots).
 
 /** Tables for the comparison strategies, with the indexes most favourable to them. */
 export const SEED_SCHEMA = (s: string) => `
@@ -17,7 +17,7 @@ export const SEED_SCHEMA = (s: string) => `
   CREATE INDEX ON "${s}".jobs (tenant_id) WHERE status IN ('running', 'queued');
   CREATE TABLE "${s}".tenant_queues (tenant_id text PRIMARY KEY, num_slots integer NOT NULL);`;
 
-/** Seed 000's claim, as published: skip tenants whose running jobs fill their slots. */
+/** claim, as published: skip tenants whose running jobs fill their slots. */
 export const SEED_CLAIM = (s: string) => `
   WITH running_jobs_per_queue AS (
     SELECT tenant_id, count(1) AS running_jobs FROM "${s}".jobs

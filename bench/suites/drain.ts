@@ -1,4 +1,4 @@
-// Staged drain (seed 003): how fast staged jobs are forwarded. Stages N jobs in the
+// Staged drain: how fast staged jobs are forwarded. Stages N jobs in the
 // database, then times one drainer moving them to BullMQ on Redis, and to Tusk's own
 // queue; next to it, BullMQ's own addBulk of the same jobs (what the sink costs on its own).
 import { performance } from 'node:perf_hooks';

@@ -1,7 +1,7 @@
-// Fairness under a flood (seed 000): tenant A has a huge backlog and 5 slots, 50 small
+// Fairness under a flood: tenant A has a huge backlog and 5 slots, 50 small
 // tenants have one job each and 2 slots. Measures how long the small tenants' jobs wait
 // to start, and what one claim costs with A's backlog small and huge, for Tusk and for
-// two alternatives on the same machine in the same run: seed 000's published query and a
+// two alternatives on the same machine in the same run: a claim query without lanes and a
 // plain global FIFO.
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
@@ -30,7 +30,7 @@ export interface FairnessOptions {
 }
 
 type Strategy = 'tusk' | 'seed' | 'fifo';
-const LABEL: Record<Strategy, string> = { tusk: 'Tusk', seed: 'seed 000 query', fifo: 'global FIFO' };
+const LABEL: Record<Strategy, string> = { tusk: 'Tusk', seed: 'claim without lanes', fifo: 'global FIFO' };
 
 interface Result {
   strategy: Strategy;

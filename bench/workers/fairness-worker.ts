@@ -1,5 +1,5 @@
 // A worker process for the fairness benchmark: `--strategy tusk` runs a real Tusk worker;
-// `seed` and `fifo` run the same number of claim loops over the seed's own query or a plain
+// `seed` and `fifo` run the same number of claim loops over a claim query without lanes or a plain
 // global FIFO query, for comparison. Prints `ready` once it is claiming.
 import { parseArgs } from 'node:util';
 import pg from 'pg';

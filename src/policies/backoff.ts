@@ -24,7 +24,7 @@ export interface RetryPolicy {
 export type RetryDecision = { retry: false } | { retry: true; delayMs: number; queue?: string };
 
 /**
- * The seed's exponential backoff for attempt number `attempt` (1 = the first attempt
+ * The exponential backoff for attempt number `attempt` (1 = the first attempt
  * failed), with `jitter` in [0, 1) adding up to 10 %. For a fixed jitter it never
  * decreases as attempts grow, and it is capped at 100 years.
  */

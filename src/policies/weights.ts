@@ -1,5 +1,5 @@
 /**
- * Weighted queue choice (seed 004): a worker given `[['critical', 8], ['default', 1]]`
+ * Weighted queue choice: a worker given `[['critical', 8], ['default', 1]]`
  * serves critical about 8 times as often as default while both have work, and whichever
  * has work when the other is empty.
  */
@@ -22,7 +22,7 @@ export function sampleOrder(queues: readonly WeightedQueue[], random: () => numb
 /**
  * How many of `n` job slots each queue gets in one fetch: its share of the weights rounded
  * down, and the slots left over go to queues drawn by `sampleOrder`. A one-slot fetch is
- * thus a plain weighted pick (seed 004); a big one splits almost exactly by weight, so
+ * thus a plain weighted pick; a big one splits almost exactly by weight, so
  * the served ratio holds over a run however large the fetches. Returns [queue, count] in
  * descending count, then weight.
  */

@@ -35,7 +35,7 @@ async function lease(api: Api, c: Context<AppEnv>, token: string) {
 }
 
 /**
- * Seed 002's queue API for workers in any language: fetch, ack, nack, extend. They run on
+ * The queue API for workers in any language: fetch, ack, nack, extend. They run on
  * the server's lease pool, so that lists and searches, however many, never hold them up.
  */
 export function leaseEndpoints(api: Api): Endpoint[] {
