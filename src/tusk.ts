@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { hasDedup, type JobRecord, jobRecord } from './client/entries.js';
 import { jobId, sourceOf, toJob } from './client/jobs.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES_LIMIT, toJson } from './client/json.js';
+import { Queues } from './client/queues.js';
 import { type ScheduleInfo, Schedules } from './client/schedules.js';
 import { collectStats, type Stats } from './client/stats.js';
 import { Tenants } from './client/tenants.js';
@@ -150,6 +151,8 @@ export class Tusk<L extends TaskList = TaskList> {
   readonly schema: string;
   /** Per-tenant slots, concurrency-key limits, rate limits, retention and pausing. */
   readonly tenants: Tenants;
+  /** Pausing and resuming queues (see Queues). */
+  readonly queues: Queues;
   /** Recurring jobs (cron expressions). */
   readonly schedules: Schedules;
   readonly #log: Logger;
@@ -176,6 +179,7 @@ export class Tusk<L extends TaskList = TaskList> {
       maxConnections: o.maxConnections,
     };
     this.tenants = new Tenants(() => this.pool(), this.schema);
+    this.queues = new Queues(() => this.pool(), this.schema);
     this.schedules = new Schedules({
       db: () => this.pool(),
       schema: this.schema,

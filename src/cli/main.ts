@@ -7,6 +7,7 @@ import { drainCommand } from './commands/drain.js';
 import { enqueueCommand } from './commands/enqueue.js';
 import { migrateCommand } from './commands/migrate.js';
 import { pruneCommand } from './commands/prune.js';
+import { queuesCommand } from './commands/queues.js';
 import { rolesCommand } from './commands/roles.js';
 import { schedulesCommand } from './commands/schedules.js';
 import { serveCommand } from './commands/serve.js';
@@ -59,6 +60,7 @@ for (const register of [
   enqueueCommand,
   statusCommand,
   tenantsCommand,
+  queuesCommand,
   schedulesCommand,
   pruneCommand,
   statsCommand,

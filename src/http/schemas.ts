@@ -128,6 +128,7 @@ export const timeseriesQuery = z.strictObject({
 });
 
 export const tenantParam = nameSchema(128);
+export const queueParam = nameSchema(128);
 
 // Responses: documentation, and checked against real responses by the API tests.
 
@@ -244,6 +245,8 @@ export const statsSchema = z.object({
   total: z.object(groupStats),
 });
 export const queueListSchema = z.object({ since: date, queues: z.array(queueStatsSchema) });
+export const queuePausedSchema = z.object({ queue: z.string(), paused: z.boolean(), changed: z.boolean() });
+export const pausedQueuesSchema = z.object({ queues: z.array(z.object({ queue: z.string(), pausedAt: date })) });
 
 export const workerSchema = z.object({
   id: z.number(),

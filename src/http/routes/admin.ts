@@ -8,7 +8,9 @@ import { HttpError, inBody, notFound } from '../errors.js';
 import {
   errorSchema,
   healthSchema,
+  pausedQueuesSchema,
   queueListSchema,
+  queuePausedSchema,
   statsQuery,
   statsSchema,
   tenantListSchema,
@@ -116,7 +118,40 @@ export function adminEndpoints(api: Api): Endpoint[] {
       }),
     );
   }
+  for (const paused of [true, false]) {
+    endpoints.push(
+      endpoint({
+        method: 'post',
+        path: `/api/queues/:queue/${paused ? 'pause' : 'resume'}`,
+        tag: 'queues',
+        access: 'admin',
+        summary: paused
+          ? 'Stop claims of a queue’s jobs, for every worker (running jobs go on)'
+          : 'Claim a paused queue’s jobs again',
+        responses: {
+          200: { description: 'whether that changed anything', schema: queuePausedSchema },
+          400: invalidDoc,
+        },
+        async handle(c) {
+          const queue = c.req.param('queue') ?? '';
+          const changed = await inBody(() => (paused ? api.tusk.queues.pause(queue) : api.tusk.queues.resume(queue)));
+          return c.json({ queue, paused, changed });
+        },
+      }),
+    );
+  }
   endpoints.push(
+    endpoint({
+      method: 'get',
+      path: '/api/queues/paused',
+      tag: 'queues',
+      access: 'admin',
+      summary: 'The paused queues',
+      responses: { 200: { description: 'the paused queues', schema: pausedQueuesSchema } },
+      async handle(c) {
+        return c.json({ queues: await api.tusk.queues.paused() });
+      },
+    }),
     endpoint({
       method: 'get',
       path: '/api/queues',
