@@ -20,6 +20,7 @@ import {
   parse,
   stageOptionsSchema,
 } from './client/validate.js';
+import { Waiters } from './client/waiters.js';
 import { jsonArray, type Written, writeRecords } from './client/write.js';
 import { type TransactionLike, toQueryable } from './db/adapters.js';
 import { type ConnectionOptions, type Database, openDatabase } from './db/connection.js';
@@ -106,6 +107,7 @@ const leaseSchema = z
     },
   )
   .loose();
+const waitOptionsSchema = z.strictObject({ timeoutMs: integer(0, 24 * 3600_000).optional() });
 const upkeepOptionsSchema = z.strictObject({
   everyMs: integer(1, 600_000).optional(),
   historyEveryMs: integer(1, 24 * 3600_000).optional(),
@@ -165,6 +167,7 @@ export class Tusk<L extends TaskList = TaskList> {
   readonly #workers = new Set<Worker>();
   readonly #drainers = new Set<Drainer>();
   readonly #upkeeps = new Set<Upkeep>();
+  #waiters: Waiters<Job> | null = null;
 
   constructor(options: TuskOptions<L> = {}) {
     const o = parse(optionsSchema, options, 'Tusk options') as TuskOptions;
@@ -573,6 +576,30 @@ export class Tusk<L extends TaskList = TaskList> {
   }
 
   /**
+   * Waits for a job to finish (`succeeded`, `dead`, `cancelled` or `expired`) and returns
+   * it; after `timeoutMs` (default 30 s) returns it as it is — check `state`. Null for an
+   * unknown id. No polling: one listening connection per Tusk instance serves every waiter,
+   * woken when the job's end is committed.
+   *
+   * @example
+   * const { id } = await tusk.enqueue('render', { doc: 7 });
+   * const job = await tusk.waitFor(id, { timeoutMs: 60_000 });
+   * if (job?.state === 'succeeded') send(job.result);
+   */
+  async waitFor(id: string | number | bigint, options: { timeoutMs?: number } = {}): Promise<TypedJob<L> | null> {
+    const key = jobId(id);
+    const o = parse(waitOptionsSchema, options, 'options');
+    if (this.#closed) throw new TuskError('this Tusk instance is closed');
+    this.#waiters ??= new Waiters<Job>({
+      schema: this.schema,
+      log: this.#log,
+      database: () => this.#database(),
+      read: (job) => this.getJob(job) as Promise<Job | null>,
+    });
+    return (await this.#waiters.wait(key, o.timeoutMs ?? 30_000)) as TypedJob<L> | null;
+  }
+
+  /**
    * Cancels a job: a waiting job ends `cancelled` at once; a running one has its
    * `ctx.signal` aborted and ends `cancelled` if the handler then fails. Returns the
    * job's state after the call (`running` for a running job), null for an unknown id.
@@ -659,6 +686,7 @@ export class Tusk<L extends TaskList = TaskList> {
   async close(): Promise<void> {
     if (this.#closed) return;
     await Promise.all([...this.#workers, ...this.#drainers, ...this.#upkeeps].map((w) => w.stop()));
+    await this.#waiters?.close();
     this.#closed = true;
     const db = await this.#db?.catch(() => null);
     this.#db = null;

@@ -20,4 +20,8 @@ export const ident = (name: string): string => `"${name.replaceAll('"', '""')}"`
 export const literal = (text: string): string => `'${text.replaceAll("'", "''")}'`;
 
 /** The NOTIFY channels of a schema. */
-export const channels = (schema: string) => ({ jobs: `${schema}:jobs`, cancel: `${schema}:cancel` });
+export const channels = (schema: string) => ({
+  jobs: `${schema}:jobs`,
+  cancel: `${schema}:cancel`,
+  done: `${schema}:done`,
+});

@@ -120,6 +120,12 @@ export const statsQuery = z.strictObject({
     .meta({ description: 'finished jobs over (default 3 600 000)' }),
 });
 
+export const jobQuery = z.strictObject({
+  waitMs: intParam(0, 60_000)
+    .optional()
+    .meta({ description: 'long poll: answer once the job is finished, or after this long (at most 60 000)' }),
+});
+
 export const timeseriesQuery = z.strictObject({
   minutes: intParam(1, 1440).optional().meta({ description: 'window (default 60)' }),
   bucketSeconds: intParam(10, 3600).optional().meta({ description: 'bucket size (default 60)' }),

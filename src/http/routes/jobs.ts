@@ -17,6 +17,7 @@ import {
   enqueueOneSchema,
   errorSchema,
   jobListSchema,
+  jobQuery,
   jobSchema,
   listJobsQuery,
   retriedSchema,
@@ -33,6 +34,8 @@ export const timeoutDoc = { description: 'past the statement timeout of lists an
  * tenant token the tenant is part of the query (see selectTenantJob). `db`: the pool to
  * ask, default the app's.
  */
+const FINISHED = new Set(['succeeded', 'dead', 'cancelled', 'expired']);
+
 export async function visibleJob(api: Api, c: Context<AppEnv>, db?: PreparedQueryable): Promise<Job> {
   const id = jobId(c.req.param('id'), 'id');
   const { tenant } = c.get('principal');
@@ -125,10 +128,14 @@ export function jobEndpoints(api: Api): Endpoint[] {
       path: '/api/jobs/:id',
       tag: 'jobs',
       access: 'read',
-      summary: 'A job in any state: status, timings, stats, result, errors',
+      summary: 'A job in any state: status, timings, stats, result, errors; with waitMs, once it is finished',
+      query: jobQuery,
       responses: { 200: { description: 'the job', schema: jobSchema }, 400: invalidDoc, 404: notFoundDoc },
-      async handle(c) {
-        return c.json(await visibleJob(api, c));
+      async handle(c, { query }) {
+        const job = await visibleJob(api, c);
+        if (!query.waitMs || FINISHED.has(job.state)) return c.json(job);
+        // one listening connection serves every long poll of the server
+        return c.json((await api.tusk.waitFor(job.id, { timeoutMs: query.waitMs })) ?? job);
       },
     }),
     endpoint({
