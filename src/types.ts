@@ -106,6 +106,13 @@ export interface EnqueueOptions {
   dedupKey?: string;
   dedupWindowMs?: number;
   /**
+   * Debounce: enqueues with the same `key` (per tenant) while its job has not started make
+   * one job, with the last enqueue's payload and options, starting `delayMs` after the
+   * last enqueue — and at most `maxWaitMs` after the first, so a steady stream still runs.
+   * The second and later enqueues of a burst return the job's id with `deduplicated: true`.
+   */
+  debounce?: { key: string; delayMs: number; maxWaitMs?: number };
+  /**
    * Retry settings of this job, over its task definition's: attempts, a backoff of
    * `'exponential'` or a fixed number of ms, a queue for the retries.
    */

@@ -25,6 +25,8 @@ export interface JobRecord {
   retry: string | undefined;
   dedupKey: string | undefined;
   dedupWindowMs: number | undefined;
+  debounceKey: string | undefined;
+  debounceMaxWaitMs: number | undefined;
   sourceType: string | undefined;
   sourceId: string | undefined;
   sourceMethod: string | undefined;
@@ -47,7 +49,7 @@ export function jobRecord(
     queue: options.queue ?? definition?.queue,
     priority: options.priority,
     runAt: options.runAt,
-    delayMs: options.delayMs,
+    delayMs: options.delayMs ?? options.debounce?.delayMs,
     maxAttempts: options.maxAttempts ?? retry?.maxAttempts ?? definition?.retry?.maxAttempts,
     concurrencyKey: options.concurrencyKey,
     expiresAt: options.expiresAt,
@@ -59,6 +61,8 @@ export function jobRecord(
       options.dedupKey ??
       (options.dedupe ? derivedDedupKey(task, payload, source && [source.type, sourceId as string]) : undefined),
     dedupWindowMs: options.dedupWindowMs,
+    debounceKey: options.debounce?.key,
+    debounceMaxWaitMs: options.debounce?.maxWaitMs,
     sourceType: source?.type,
     sourceId,
     sourceMethod: source?.method,
@@ -82,6 +86,8 @@ export function jsonEntry(r: JobRecord): string {
     expires_at: r.expiresAt,
     dedup_key: r.dedupKey,
     dedup_window_ms: r.dedupWindowMs,
+    debounce_key: r.debounceKey,
+    debounce_max_wait_ms: r.debounceMaxWaitMs,
     source_type: r.sourceType,
     source_id: r.sourceId,
     source_method: r.sourceMethod,
@@ -90,8 +96,8 @@ export function jsonEntry(r: JobRecord): string {
   return `{"payload":${r.payload}${retry},${rest.slice(1)}`;
 }
 
-/** True when a job asks for deduplication (it then goes through enqueue_dedup). */
-export const hasDedup = (r: JobRecord): boolean => r.dedupKey !== undefined;
+/** True when a job asks for deduplication or debouncing (it then goes through enqueue_dedup). */
+export const hasDedup = (r: JobRecord): boolean => r.dedupKey !== undefined || r.debounceKey !== undefined;
 
 /** True when a job's start time is relative to the server's clock (COPY cannot say so). */
 export const isDelayed = (r: JobRecord): boolean => r.delayMs !== undefined || r.runAt !== undefined;

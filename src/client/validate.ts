@@ -86,6 +86,13 @@ export const jobOptionShape = {
   dedupe: flagSchema().optional(),
   dedupKey: keySchema(512).optional(),
   dedupWindowMs: integer(0, MAX_DELAY_MS).optional(),
+  debounce: z
+    .strictObject({
+      key: keySchema(512),
+      delayMs: integer(1, MAX_DELAY_MS),
+      maxWaitMs: integer(1, MAX_DELAY_MS).optional(),
+    })
+    .optional(),
   source: z
     .strictObject({
       type: nameSchema(128),
@@ -109,9 +116,18 @@ export const jobOptionShape = {
     .optional(),
 };
 
-const exclusiveTiming = (o: { runAt?: Date | undefined; delayMs?: number | undefined }) =>
-  o.runAt === undefined || o.delayMs === undefined;
-const timingMessage = { error: 'give runAt or delayMs, not both' };
+const exclusiveTiming = (o: {
+  runAt?: Date | undefined;
+  delayMs?: number | undefined;
+  debounce?: unknown;
+  dedupe?: boolean | undefined;
+  dedupKey?: string | undefined;
+}) =>
+  [o.runAt, o.delayMs, o.debounce].filter((x) => x !== undefined).length <= 1 &&
+  (o.debounce === undefined || (o.dedupKey === undefined && !o.dedupe));
+const timingMessage = {
+  error: 'give one of runAt, delayMs and debounce (its delayMs is the start), and debounce without dedupe',
+};
 
 /** A caller's connection, usually inside its transaction (see TransactionLike). */
 export const clientSchema = z.custom<TransactionLike>((c) => isTransactionLike(c), {

@@ -13,6 +13,9 @@ export interface StagedOptions {
   retry?: { backoff?: 'exponential' | number; queue?: string };
   dedupKey?: string;
   dedupWindowMs?: number;
+  /** Debounce (see EnqueueOptions.debounce): the key, and how long after the first enqueue it runs at the latest. */
+  debounceKey?: string;
+  debounceMaxWaitMs?: number;
   /** The record the job is about (see `tusk.async`). */
   source?: { type: string; id: string; method?: string };
 }
@@ -62,6 +65,8 @@ function stagedOptions(o: Record<string, unknown>): StagedOptions {
     retry: o.retry as StagedOptions['retry'],
     dedupKey: o.dedup_key as string | undefined,
     dedupWindowMs: o.dedup_window_ms as number | undefined,
+    debounceKey: o.debounce_key as string | undefined,
+    debounceMaxWaitMs: o.debounce_max_wait_ms as number | undefined,
     source:
       typeof o.source_type === 'string'
         ? {

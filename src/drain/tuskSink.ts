@@ -31,6 +31,8 @@ function toRecord(job: StagedJob): JobRecord {
     retry: o.retry === undefined ? undefined : JSON.stringify(o.retry),
     dedupKey: o.dedupKey,
     dedupWindowMs: o.dedupWindowMs,
+    debounceKey: o.debounceKey,
+    debounceMaxWaitMs: o.debounceMaxWaitMs,
     sourceType: o.source?.type,
     sourceId: o.source?.id,
     sourceMethod: o.source?.method,

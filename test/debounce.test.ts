@@ -1,0 +1,72 @@
+// Debounce: a burst of enqueues with one key makes one job, with the last payload.
+import { describe, expect, it } from 'vitest';
+import { TuskValidationError } from '../src/index.js';
+import { eventually, sleep, useTestDb } from './helpers.js';
+
+const db = useTestDb(import.meta.url);
+
+describe('debounce', () => {
+  it('1 000 enqueues over 2 s with one key: one job, the last payload, run once after the burst', async () => {
+    const seen: unknown[] = [];
+    const worker = db.worker({ queues: ['deb'], pollMs: 50, tasks: { save: (p: unknown) => void seen.push(p) } });
+    await worker.start();
+    const ids = new Set<string>();
+    const started = Date.now();
+    for (let n = 0; n < 1000; n++) {
+      const r = await db.tusk.enqueue('save', { n }, { queue: 'deb', debounce: { key: 'doc-7', delayMs: 400 } });
+      ids.add(r.id);
+      expect(r.deduplicated).toBe(n > 0);
+      if (n % 100 === 99) await sleep(Math.max(0, (2000 * (n + 1)) / 1000 - (Date.now() - started)));
+    }
+    expect(ids.size).toBe(1);
+    const [id] = [...ids] as [string];
+    expect(seen).toEqual([]); // the burst kept moving its start
+    await eventually(async () => (await db.tusk.getJob(id))?.state === 'succeeded', 5000);
+    expect(seen).toEqual([{ n: 999 }]);
+    // the next burst makes a new job
+    const next = await db.tusk.enqueue('save', { n: 1000 }, { queue: 'deb', debounce: { key: 'doc-7', delayMs: 50 } });
+    expect(next).toMatchObject({ deduplicated: false });
+    expect(next.id).not.toBe(id);
+    await worker.stop();
+  });
+
+  it('maxWaitMs bounds how far a steady stream moves the start; keys are per tenant; concurrent enqueues make one job', async () => {
+    const first = await db.tusk.enqueue('save', 1, {
+      queue: 'deb-2',
+      debounce: { key: 'k', delayMs: 60_000, maxWaitMs: 1000 },
+    });
+    const again = await db.tusk.enqueue('save', 2, {
+      queue: 'deb-2',
+      debounce: { key: 'k', delayMs: 60_000, maxWaitMs: 1000 },
+    });
+    expect(again.id).toBe(first.id);
+    const job = await db.tusk.getJob(first.id);
+    expect((job?.runAt.getTime() ?? 0) - (job?.createdAt.getTime() ?? 0)).toBeLessThanOrEqual(1000);
+    expect(job?.payload).toBe(2);
+
+    const other = await db.tusk.enqueue('save', 3, {
+      queue: 'deb-2',
+      tenant: 'b',
+      debounce: { key: 'k', delayMs: 60_000 },
+    });
+    expect(other.id).not.toBe(first.id);
+
+    const racing = await Promise.all(
+      Array.from({ length: 20 }, (_, n) =>
+        db.another().enqueue('save', n, { queue: 'deb-3', debounce: { key: 'race', delayMs: 60_000 } }),
+      ),
+    );
+    expect(new Set(racing.map((r) => r.id)).size).toBe(1);
+    expect(racing.filter((r) => !r.deduplicated)).toHaveLength(1);
+  });
+
+  it('refuses debounce with runAt, delayMs or a dedup key, and a delay of 0', async () => {
+    const refused = (options: object) =>
+      expect(db.tusk.enqueue('save', null, options as never)).rejects.toThrow(TuskValidationError);
+    await refused({ debounce: { key: 'k', delayMs: 100 }, runAt: new Date() });
+    await refused({ debounce: { key: 'k', delayMs: 100 }, delayMs: 5 });
+    await refused({ debounce: { key: 'k', delayMs: 100 }, dedupKey: 'd' });
+    await refused({ debounce: { key: 'k', delayMs: 0 } });
+    await refused({ debounce: { key: '', delayMs: 10 } });
+  });
+});
