@@ -79,31 +79,17 @@ export async function lanes(o: LanesOptions): Promise<boolean> {
     const keyed = { own: await timeFetch(pool, 'victim0', o.fetches), any: await timeFetch(pool, null, o.fetches) };
     statusDone();
 
-    const cases: Case[] = [
-      {
-        fetch: "another tenant's fetch of one job",
-        without: mean(before.own),
-        withFlood: mean(after.own),
-        p95With: percentile(after.own, 95) ?? 0,
-      },
-      {
-        fetch: 'a fetch for any tenant',
-        without: mean(before.any),
-        withFlood: mean(after.any),
-        p95With: percentile(after.any, 95) ?? 0,
-      },
-      {
-        fetch: "another tenant's fetch, flooder with perKey 1",
-        without: mean(before.own),
-        withFlood: mean(keyed.own),
-        p95With: percentile(keyed.own, 95) ?? 0,
-      },
-      {
-        fetch: 'a fetch for any tenant, flooder with perKey 1',
-        without: mean(before.any),
-        withFlood: mean(keyed.any),
-        p95With: percentile(keyed.any, 95) ?? 0,
-      },
+    const row = (fetch: string, without: number[], withFlood: number[]): Case => ({
+      fetch,
+      without: mean(without),
+      withFlood: mean(withFlood),
+      p95With: percentile(withFlood, 95) ?? 0,
+    });
+    const cases = [
+      row("another tenant's fetch of one job", before.own, after.own),
+      row('a fetch for any tenant', before.any, after.any),
+      row("another tenant's fetch, flooder with perKey 1", before.own, keyed.own),
+      row('a fetch for any tenant, flooder with perKey 1', before.any, keyed.any),
     ];
     const server = await serverInfo(o.url);
     const ratio = cases[0] ? cases[0].withFlood / cases[0].without : Number.POSITIVE_INFINITY;
