@@ -76,6 +76,8 @@ export interface Job<Payload = unknown, Result = unknown> {
   cancelRequested: boolean;
   /** The record the job is about, or null. */
   source: JobSource | null;
+  /** What its handler last reported with `ctx.progress()` (a number or small JSON), or null. */
+  progress: unknown;
 }
 
 /** Options of `enqueue` (and of each entry of `enqueueMany`). */

@@ -38,6 +38,7 @@ export function toJob(row: JobRow): Job {
     errors,
     cancelRequested: row.cancel_requested,
     source: sourceOf(row),
+    progress: row.progress ?? null,
   };
 }
 

@@ -173,6 +173,7 @@ export const jobSchema = z.object({
   error: jobError.nullable().meta({ description: 'the last failed attempt' }),
   errors: z.array(jobError).meta({ description: 'every failed attempt, oldest first' }),
   cancelRequested: z.boolean(),
+  progress: z.unknown().meta({ description: 'what its handler last reported with ctx.progress(), or null' }),
 });
 
 export const jobSummarySchema = z.object({

@@ -29,6 +29,15 @@ export interface JobContext {
   signal: AbortSignal;
   /** Merges numbers, counts, anything JSON into the job's stats (kept in its record). */
   stats(values: Record<string, unknown>): void;
+  /**
+   * Reports how far the job got: a number or a small JSON value (at most 4 KiB), seen in
+   * `getJob`, over HTTP and on the dashboard. Call it as often as you like: the worker
+   * writes the latest value at most once a heartbeat (and with the job's outcome).
+   *
+   * @example
+   * for (const [i, row] of rows.entries()) { await load(row); ctx.progress({ done: i + 1, of: rows.length }); }
+   */
+  progress(value: unknown): void;
 }
 
 /** A task handler: its return value (JSON) is stored as the job's result. */

@@ -1,6 +1,10 @@
 import { sourceOf } from '../client/jobs.js';
+import { toJson } from '../client/json.js';
 import type { ClaimedRow } from '../queries/claimJobs.js';
 import type { Handler, JobContext } from '../tasks/definition.js';
+
+/** ctx.progress() values are small: they are written while the job runs. */
+const PROGRESS_MAX_BYTES = 4096;
 
 /**
  * A claimed job while its handler runs. Its AbortSignal is created only if the handler
@@ -13,6 +17,9 @@ export class ActiveJob {
   readonly claimedAt: number;
   startedAt = 0;
   stats: Record<string, unknown> | null = null;
+  /** The latest ctx.progress() as JSON, and whether it is not written yet. */
+  progress: string | null = null;
+  progressDirty = false;
   /** The lease was lost: whatever the handler returns is dropped. */
   lost = false;
   /**
@@ -135,5 +142,10 @@ class Context implements JobContext {
   stats(values: Record<string, unknown>): void {
     const active = this.#active;
     active.stats = active.stats ? Object.assign(active.stats, values) : { ...values };
+  }
+
+  progress(value: unknown): void {
+    this.#active.progress = toJson(value === undefined ? null : value, 'progress', PROGRESS_MAX_BYTES);
+    this.#active.progressDirty = true;
   }
 }

@@ -86,6 +86,7 @@ export function isolatedHandler(options: IsolateOptions): Handler {
       signal.addEventListener('abort', onAbort);
       thread.on('message', (message: ThreadMessage) => {
         if (message.type === 'stats') ctx.stats(message.values);
+        else if (message.type === 'progress') ctx.progress(message.value);
         else if (message.type === 'done') finish(() => resolvePromise(message.result));
         else finish(() => reject(revive(message.error)));
       });
@@ -112,6 +113,7 @@ export function isolatedHandler(options: IsolateOptions): Handler {
 
 type ThreadMessage =
   | { type: 'stats'; values: Record<string, unknown> }
+  | { type: 'progress'; value: unknown }
   | { type: 'done'; result: unknown }
   | { type: 'failed'; error: { name: string; message: string; stack?: string } };
 
@@ -161,6 +163,7 @@ function fail(error) {
     job,
     signal: new AbortController().signal,
     stats: (values) => parentPort.postMessage({ type: 'stats', values }),
+    progress: (value) => parentPort.postMessage({ type: 'progress', value }),
   };
   let result;
   try {

@@ -20,6 +20,7 @@ import { decideRetry, type RetryPolicy } from '../policies/backoff.js';
 import { equalWeights, sampleOrder, splitByWeight } from '../policies/weights.js';
 import { type ClaimedRow, claimJobs } from '../queries/claimJobs.js';
 import { type FinalState, finishJobs } from '../queries/finishJobs.js';
+import { setProgress } from '../queries/progress.js';
 import { requeueJobs } from '../queries/requeueJobs.js';
 import { nextDueInMs, promoteDueJobs } from '../queries/schedule.js';
 import { heartbeat, registerWorker, unregisterWorker } from '../queries/workers.js';
@@ -514,7 +515,8 @@ export class Worker {
     }
     const entry = (more: string) =>
       `{"id":"${row.id}","token":"${row.lease_token}","run_ms":${Math.round(runMs)},` +
-      `"queued_ms":${Math.round((job.startedAt || job.claimedAt) - job.claimedAt)}${extra}${more}}`;
+      `"queued_ms":${Math.round((job.startedAt || job.claimedAt) - job.claimedAt)}${extra}` +
+      `${job.progress === null ? '' : `,"progress":${job.progress}`}${more}}`;
     const reason = job.reason;
 
     if (job.lost) {
@@ -644,9 +646,22 @@ export class Worker {
       if (lost.has(job.row.lease_token)) this.#lost(job);
       else if (cancelled.has(job.row.lease_token)) this.#cancelAttempt(job);
     }
+    await this.#writeProgress();
     // the leases of the jobs still held run at least half a lease from sentAt
     this.#leasesCheckedAt = sentAt;
     this.#pump();
+  }
+
+  /** The latest ctx.progress() of running jobs, once a heartbeat at most. */
+  async #writeProgress(): Promise<void> {
+    const dirty = [...this.#active.values()].filter((j) => j.progressDirty && !j.lost);
+    if (dirty.length === 0) return;
+    for (const job of dirty) job.progressDirty = false;
+    await setProgress(
+      (this.#db as Database).pool,
+      this.#host.schema,
+      dirty.map((j) => ({ id: j.row.id, token: j.row.lease_token, progress: j.progress as string })),
+    );
   }
 
   /** Registers (or re-registers, keeping its id) the worker on its listening connection. */
