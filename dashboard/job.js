@@ -78,7 +78,16 @@ export function job({ id, toast }) {
       h(
         'div',
         { class: 'grid two gap-top' },
-        panel('Stats', j.stats ? json(j.stats) : h('div', { class: 'muted' }, 'No stats.')),
+        panel(
+          'Stats and progress',
+          j.stats || j.progress !== null
+            ? h('div', {}, [
+                j.progress !== null ? h('div', { class: 'muted' }, 'Progress (ctx.progress):') : null,
+                j.progress !== null ? json(j.progress) : null,
+                j.stats ? json(j.stats) : null,
+              ])
+            : h('div', { class: 'muted' }, 'No stats, no progress reported.'),
+        ),
         panel(
           `Failed attempts (${errors.length})`,
           errors.length === 0
