@@ -1,0 +1,54 @@
+// npm run lint: the layers of src/ point one way (docs/ARCHITECTURE.md). A file may import
+// its own layer or a lower one; an import of a higher layer fails the check, naming it.
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+
+const SRC = resolve(import.meta.dirname, '../src');
+
+/** Lowest first. A top-level file is its own name, a folder its first path segment. */
+const LAYERS: string[][] = [
+  ['errors', 'types', 'version', 'log', 'peer'], // foundations: no behaviour of their own
+  ['db'], // connections, embedded server, listener
+  ['queries', 'migrate'], // every SQL statement; the schema's versions
+  ['client', 'policies', 'tasks', 'schedules', 'upkeep', 'worker', 'drain', 'metrics'], // the parts
+  ['tusk', 'index'], // the facade
+  ['http', 'cli', 'demo'], // what users run
+];
+
+/** Known crossings, each with its reason: a type describing a lower layer's input. */
+const ALLOWED = new Set([
+  'queries/copyJobs.ts -> client/entries.ts', // type only: the records the insert writes
+  'queries/insertJobs.ts -> client/entries.ts', // type only: the records the insert writes
+  'types.ts -> db/adapters.ts', // type only: the transaction a caller passes
+  'tusk.ts -> http/server.ts', // tusk.server(): loaded on first call, its types at compile time
+  'index.ts -> http/server.ts', // the public API re-exports the server's types
+  'index.ts -> http/tokens.ts', // and the token store
+]);
+
+const layerOf = (file: string): number => {
+  const top = file.split('/')[0]?.replace(/\.ts$/, '') ?? '';
+  const i = LAYERS.findIndex((names) => names.includes(top));
+  if (i < 0) throw new Error(`check-layers: ${file} belongs to no layer; add its folder to LAYERS`);
+  return i;
+};
+
+const files = (dir: string): string[] =>
+  readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? files(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
+  );
+
+const bad: string[] = [];
+for (const path of files(SRC)) {
+  const from = relative(SRC, path);
+  for (const [, spec] of readFileSync(path, 'utf8').matchAll(/(?:import|export)[^'";]*?from\s+'(\.[^']+)'/g)) {
+    const to = relative(SRC, resolve(dirname(path), spec as string)).replace(/\.js$/, '.ts');
+    if (layerOf(to) > layerOf(from) && !ALLOWED.has(`${from} -> ${to}`)) {
+      bad.push(`  ${from} imports ${to}: ${LAYERS[layerOf(from)]?.join('/')} may not import ${LAYERS[layerOf(to)]?.join('/')}`);
+    }
+  }
+}
+if (bad.length > 0) {
+  console.error(`check-layers: ${bad.length} import(s) against the layers (see docs/ARCHITECTURE.md):\n${bad.join('\n')}`);
+  process.exit(1);
+}
+console.log(`check-layers: ${files(SRC).length} files, every import points down or sideways`);
