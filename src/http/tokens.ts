@@ -30,7 +30,7 @@ export interface TokenInfo {
   name: string;
   /** null: every tenant's jobs. */
   tenant: string | null;
-  /** What it may do (see the README's token scopes). */
+  /** What it may do (see docs/http.md, token scopes). */
   scopes: Scope[];
   /** The token's first characters, to tell it apart. */
   prefix: string;

@@ -103,7 +103,7 @@ export function schedulesCommand(program: Command): void {
     );
   schedules
     .command('sync')
-    .argument('<file>', 'a crontab file (see the README)')
+    .argument('<file>', 'a crontab file (see docs/guide.md, Recurring jobs)')
     .description("make a crontab file's schedules the ones in force (what `tusk worker --crontab` does at start)")
     .action((file: string, _o, command: Command) => withTusk(command, (tusk) => syncCrontabFile(tusk, file)));
 }

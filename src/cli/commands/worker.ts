@@ -126,7 +126,7 @@ export function workerCommand(program: Command): void {
     .option('--lease-ms <ms>', 'lease of a claimed job (default 30000)', intOption('--lease-ms', 1))
     .option('--shutdown-timeout-ms <ms>', 'grace period on stop (default 10000)', intOption('--shutdown-timeout-ms'))
     .option('--name <name>', 'worker name shown in the workers table')
-    .option('--crontab <file>', 'set the schedules of this crontab file at start (see the README)')
+    .option('--crontab <file>', 'set the schedules of this crontab file at start (see docs/guide.md, Recurring jobs)')
     .action(async (options: Options, command: Command) => {
       const module = await loadWorkerModule(options.require);
       const tusk = tuskFor(command);

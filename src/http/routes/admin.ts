@@ -229,7 +229,7 @@ export function adminEndpoints(api: Api): Endpoint[] {
         path: '/metrics',
         tag: 'monitoring',
         access: 'metrics',
-        summary: 'Prometheus metrics, read from the database at each scrape (see the README for each metric)',
+        summary: 'Prometheus metrics, read from the database at each scrape (see docs/http.md for each metric)',
         responses: { 200: { description: 'Prometheus text format', contentType: metrics.contentType } },
         async handle(c) {
           return c.body(await metrics.render(), 200, { 'content-type': metrics.contentType });
