@@ -21,6 +21,10 @@ export interface ClaimedRow {
   source_method: string | null;
 }
 
+/** The select list giving a ClaimedRow from a row of claim_jobs or fetch_jobs. */
+export const CLAIMED_COLUMNS = `id, tenant, queue, task, payload, priority, attempts, lease_token, max_attempts,
+  (extract(epoch FROM created_at) * 1000)::float8 AS created_ms, retry, source_type, source_id, source_method`;
+
 export interface ClaimArgs {
   worker: number | null;
   limit: number;
@@ -36,10 +40,7 @@ export async function claimJobs(db: PreparedQueryable, schema: string, args: Cla
   // a named (prepared) statement: parsed and planned once per connection
   const { rows } = await db.query<ClaimedRow>({
     name: `tusk_claim_${schema}`,
-    text: `SELECT id, tenant, queue, task, payload, priority, attempts, lease_token, max_attempts,
-                  (extract(epoch FROM created_at) * 1000)::float8 AS created_ms, retry,
-                  source_type, source_id, source_method
-           FROM ${ident(schema)}.claim_jobs($1, $2, $3, $4, $5, 64, $6)`,
+    text: `SELECT ${CLAIMED_COLUMNS} FROM ${ident(schema)}.claim_jobs($1, $2, $3, $4, $5, 64, $6)`,
     values: [args.worker, args.limit, args.leaseMs, args.queues, args.tenant ?? null, args.asyncCommit ?? false],
   });
   return rows;

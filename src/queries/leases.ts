@@ -1,6 +1,6 @@
 import type { Queryable } from '../db/queryable.js';
 import { ident } from '../db/schema.js';
-import type { ClaimedRow } from './claimJobs.js';
+import { CLAIMED_COLUMNS, type ClaimedRow } from './claimJobs.js';
 
 /** A leased job as fetch_jobs returns it. */
 export interface LeasedRow extends ClaimedRow {
@@ -13,10 +13,7 @@ export async function fetchJobs(
   args: { count: number; leaseMs: number; queue: string | null; tenant: string | null },
 ): Promise<LeasedRow[]> {
   const { rows } = await db.query<LeasedRow>(
-    `SELECT id, tenant, queue, task, payload, priority, attempts, lease_token, max_attempts,
-            (extract(epoch FROM created_at) * 1000)::float8 AS created_ms, retry, lease_until,
-            source_type, source_id, source_method
-     FROM ${ident(schema)}.fetch_jobs($1, $2, $3, $4)`,
+    `SELECT ${CLAIMED_COLUMNS}, lease_until FROM ${ident(schema)}.fetch_jobs($1, $2, $3, $4)`,
     [args.count, args.leaseMs, args.queue, args.tenant],
   );
   return rows;

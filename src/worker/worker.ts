@@ -19,10 +19,10 @@ import { checkSchema } from '../migrate/migrate.js';
 import { decideRetry, type RetryPolicy } from '../policies/backoff.js';
 import { equalWeights, sampleOrder, splitByWeight } from '../policies/weights.js';
 import { type ClaimedRow, claimJobs } from '../queries/claimJobs.js';
+import { nextDueInMs, promoteDueJobs } from '../queries/dueJobs.js';
 import { type FinalState, finishJobs } from '../queries/finishJobs.js';
 import { setProgress } from '../queries/progress.js';
 import { requeueJobs } from '../queries/requeueJobs.js';
-import { nextDueInMs, promoteDueJobs } from '../queries/schedule.js';
 import { heartbeat, registerWorker, unregisterWorker } from '../queries/workers.js';
 import { validatePayload } from '../tasks/schema.js';
 import type { SourceRegistry } from '../tasks/sources.js';
@@ -132,6 +132,16 @@ export class Worker {
     this.#requeuer = new Batcher<string>((items) => this.#writeRequeued(items), this.#opts.batchSize);
   }
 
+  /** The database, set by start(): every loop and write runs after it. */
+  get #database(): Database {
+    if (!this.#db) throw new TuskError('the worker is not started');
+    return this.#db;
+  }
+
+  get #pool(): pg.Pool {
+    return this.#database.pool;
+  }
+
   /** The worker's id in the workers table (null before start). */
   get id(): number | null {
     return this.#id;
@@ -220,7 +230,7 @@ export class Worker {
     await Promise.all(this.#loops);
     await upkeepStopped;
     for (const held of this.#buffer.drain()) {
-      this.#requeuer.add(`{"id":"${held.row.id}","token":"${held.row.lease_token}","refund":true}`);
+      this.#requeuer.add(leaseEntry(held, ',"refund":true'));
     }
     if (this.#active.size > 0) {
       let timer: NodeJS.Timeout | undefined;
@@ -264,7 +274,7 @@ export class Worker {
   // ---- fetching ----------------------------------------------------------------------
 
   async #fetchLoop(): Promise<void> {
-    const db = this.#db as Database;
+    const db = this.#database;
     let emptyBackoffMs = 0;
     let failures = 0;
     let notificationsBefore = 0;
@@ -378,7 +388,7 @@ export class Worker {
   async #refreshDue(): Promise<void> {
     try {
       const asked = performance.now();
-      const ms = await nextDueInMs((this.#db as Database).pool, this.#host.schema);
+      const ms = await nextDueInMs(this.#pool, this.#host.schema);
       this.#dueAt = ms === null ? null : asked + ms;
     } catch {
       this.#dueAt = null;
@@ -514,9 +524,11 @@ export class Worker {
       }
     }
     const entry = (more: string) =>
-      `{"id":"${row.id}","token":"${row.lease_token}","run_ms":${Math.round(runMs)},` +
-      `"queued_ms":${Math.round((job.startedAt || job.claimedAt) - job.claimedAt)}${extra}` +
-      `${job.progress === null ? '' : `,"progress":${job.progress}`}${more}}`;
+      leaseEntry(
+        job,
+        `,"run_ms":${Math.round(runMs)},"queued_ms":${Math.round((job.startedAt || job.claimedAt) - job.claimedAt)}` +
+          `${extra}${job.progress === null ? '' : `,"progress":${job.progress}`}${more}`,
+      );
     const reason = job.reason;
 
     if (job.lost) {
@@ -556,7 +568,7 @@ export class Worker {
 
   async #writeFinished(state: FinalState, items: string[]): Promise<void> {
     const done = await this.#retrying(`finishing jobs as ${state}`, () =>
-      finishJobs((this.#db as Database).pool, this.#host.schema, state, `[${items.join(',')}]`, this.#opts.asyncCommit),
+      finishJobs(this.#pool, this.#host.schema, state, `[${items.join(',')}]`, this.#opts.asyncCommit),
     );
     this.#reportFenced(items.length, done ?? 0, state);
     this.#wakeUp();
@@ -564,7 +576,7 @@ export class Worker {
 
   async #writeRequeued(items: string[]): Promise<void> {
     const done = await this.#retrying('requeueing jobs', () =>
-      requeueJobs((this.#db as Database).pool, this.#host.schema, `[${items.join(',')}]`, this.#opts.asyncCommit),
+      requeueJobs(this.#pool, this.#host.schema, `[${items.join(',')}]`, this.#opts.asyncCommit),
     );
     this.#reportFenced(items.length, done ?? 0, 'requeued');
     this.#wakeUp();
@@ -616,7 +628,7 @@ export class Worker {
   }
 
   async #heartbeat(): Promise<void> {
-    const db = this.#db as Database;
+    const db = this.#database;
     if (this.#id === null || !this.#listener?.connected) return;
     const sentAt = performance.now();
     const held = [...this.#active.values()];
@@ -658,7 +670,7 @@ export class Worker {
     if (dirty.length === 0) return;
     for (const job of dirty) job.progressDirty = false;
     await setProgress(
-      (this.#db as Database).pool,
+      this.#pool,
       this.#host.schema,
       dirty.map((j) => ({ id: j.row.id, token: j.row.lease_token, progress: j.progress as string })),
     );
@@ -692,7 +704,7 @@ export class Worker {
     }
     if (this.#buffer.remove((j) => j === job)) {
       this.counters.cancelled++;
-      this.#finishers.cancelled.add(`{"id":"${job.row.id}","token":"${job.row.lease_token}"}`);
+      this.#finishers.cancelled.add(leaseEntry(job));
     }
   }
 
@@ -735,6 +747,11 @@ export class Worker {
       this.counters.lost++;
     }
   }
+}
+
+/** The lease part of an outcome entry (finish_jobs, requeue_jobs): the job and its token. */
+function leaseEntry(job: ActiveJob, more = ''): string {
+  return `{"id":"${job.row.id}","token":"${job.row.lease_token}"${more}}`;
 }
 
 /**
