@@ -589,6 +589,19 @@ export class Tusk<L extends TaskList = TaskList> {
   async waitFor(id: string | number | bigint, options: { timeoutMs?: number } = {}): Promise<TypedJob<L> | null> {
     const key = jobId(id);
     const o = parse(waitOptionsSchema, options, 'options');
+    return (await this.#finishes().wait(key, o.timeoutMs ?? 30_000)) as TypedJob<L> | null;
+  }
+
+  /**
+   * Calls `fn` with the ids of each batch of jobs that finishes (any state), on the same
+   * listening connection as `waitFor`, until the returned function is called. The HTTP
+   * server's event stream is made of it.
+   */
+  async onFinished(fn: (ids: string[]) => void): Promise<() => void> {
+    return this.#finishes().subscribe(fn);
+  }
+
+  #finishes(): Waiters<Job> {
     if (this.#closed) throw new TuskError('this Tusk instance is closed');
     this.#waiters ??= new Waiters<Job>({
       schema: this.schema,
@@ -596,7 +609,7 @@ export class Tusk<L extends TaskList = TaskList> {
       database: () => this.#database(),
       read: (job) => this.getJob(job) as Promise<Job | null>,
     });
-    return (await this.#waiters.wait(key, o.timeoutMs ?? 30_000)) as TypedJob<L> | null;
+    return this.#waiters;
   }
 
   /**

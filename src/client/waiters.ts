@@ -19,6 +19,7 @@ interface Waiter<J> {
  */
 export class Waiters<J extends { state: JobState }> {
   readonly #waiting = new Map<string, Set<Waiter<J>>>();
+  readonly #subscribers = new Set<(ids: string[]) => void>();
   readonly #database: () => Promise<Database>;
   readonly #read: (id: string) => Promise<J | null>;
   readonly #schema: string;
@@ -56,6 +57,13 @@ export class Waiters<J extends { state: JobState }> {
     });
   }
 
+  /** Calls `fn` with the ids of every batch of jobs that finishes, until the returned function is called. */
+  async subscribe(fn: (ids: string[]) => void): Promise<() => void> {
+    await this.#listen();
+    this.#subscribers.add(fn);
+    return () => this.#subscribers.delete(fn);
+  }
+
   /** Waiting jobs now, for tests and metrics. */
   get size(): number {
     return this.#waiting.size;
@@ -83,7 +91,9 @@ export class Waiters<J extends { state: JobState }> {
         channels: [channels(this.#schema).done],
         log: this.#log,
         onNotification: (_channel, payload) => {
-          for (const id of payload.split(',')) if (this.#waiting.has(id)) void this.#settle(id);
+          const ids = payload.split(',');
+          for (const id of ids) if (this.#waiting.has(id)) void this.#settle(id);
+          for (const fn of this.#subscribers) fn(ids);
         },
         // announcements may have been missed while the connection was down: look again
         onConnect: async () => {

@@ -1,8 +1,10 @@
 import type { Context } from 'hono';
+import { streamSSE } from 'hono/streaming';
 import { jobPage } from '../../client/inspect.js';
 import { jobId, toJob } from '../../client/jobs.js';
 import { parse } from '../../client/validate.js';
 import type { PreparedQueryable } from '../../db/queryable.js';
+import { selectFinished } from '../../queries/finished.js';
 import { selectTenantJob } from '../../queries/tenantJob.js';
 import type { Job } from '../../types.js';
 import type { Api } from '../api.js';
@@ -121,6 +123,50 @@ export function jobEndpoints(api: Api): Endpoint[] {
       async handle(c, { body }) {
         const tenant = scopedTenant(c.get('principal'), body.tenant, 'body.tenant');
         return c.json({ retried: await api.tusk.retryAll({ ...body, tenant }) });
+      },
+    }),
+    endpoint({
+      method: 'get',
+      path: '/api/events',
+      tag: 'jobs',
+      access: 'read',
+      summary:
+        "Server-Sent Events: each job that finishes (event `finished`: id, tenant, queue, task, state), the token's tenant's only",
+      responses: { 200: { description: 'an event stream', contentType: 'text/event-stream' } },
+      async handle(c) {
+        const { tenant } = c.get('principal');
+        const pool = await api.pools.reads();
+        return streamSSE(c, async (stream) => {
+          const pending: string[][] = [];
+          let wake = () => {};
+          const stop = await api.tusk.onFinished((ids) => {
+            pending.push(ids);
+            wake();
+          });
+          stream.onAbort(() => {
+            stop();
+            wake();
+          });
+          await stream.writeSSE({ event: 'ready', data: '{}' });
+          while (!stream.aborted) {
+            const ids = pending.splice(0).flat();
+            if (ids.length > 0) {
+              for (const job of await selectFinished(pool, api.schema, ids, tenant)) {
+                await stream.writeSSE({ event: 'finished', id: job.id, data: JSON.stringify(job) });
+              }
+              continue;
+            }
+            // a comment now and then keeps proxies from closing an idle stream
+            await new Promise<void>((resolve) => {
+              const timer = setTimeout(resolve, 15_000);
+              wake = () => {
+                clearTimeout(timer);
+                resolve();
+              };
+            });
+            if (pending.length === 0 && !stream.aborted) await stream.write(': keep-alive\n\n');
+          }
+        });
       },
     }),
     endpoint({
