@@ -1,6 +1,7 @@
 // Debounce: a burst of enqueues with one key makes one job, with the last payload.
 import { describe, expect, it } from 'vitest';
 import { TuskValidationError } from '../src/index.js';
+import { tusk as cli, cliEnv } from './cli.js';
 import { eventually, sleep, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -68,5 +69,19 @@ describe('debounce', () => {
     await refused({ debounce: { key: 'k', delayMs: 100 }, dedupKey: 'd' });
     await refused({ debounce: { key: 'k', delayMs: 0 } });
     await refused({ debounce: { key: '', delayMs: 10 } });
+  });
+
+  it('from the CLI: --debounce-key with --debounce-ms', async () => {
+    const env = cliEnv(db.url, db.schema);
+    const args = ['enqueue', 'save', '--queue', 'deb-cli', '--debounce-key', 'c', '--debounce-ms', '60000'];
+    const first = await cli(env, ...args.slice(0, 2), '{"n":1}', ...args.slice(2));
+    const second = await cli(env, ...args.slice(0, 2), '{"n":2}', ...args.slice(2));
+    expect([first.code, second.code]).toEqual([0, 0]);
+    expect(second.stdout).toBe(first.stdout);
+    expect(second.stderr).toMatch(/debounced: the key's waiting job \(\d+\) takes this payload/);
+    expect((await db.tusk.getJob(first.stdout.trim()))?.payload).toEqual({ n: 2 });
+    const alone = await cli(env, 'enqueue', 'save', '--debounce-key', 'c');
+    expect(alone.code).toBe(1);
+    expect(alone.stderr).toMatch(/--debounce-key: and --debounce-ms go together/);
   });
 });

@@ -18,6 +18,9 @@ interface Options {
   dedupe?: boolean;
   dedupKey?: string;
   dedupWindowMs?: number;
+  debounceKey?: string;
+  debounceMs?: number;
+  debounceMaxWaitMs?: number;
   source?: EnqueueOptions['source'];
 }
 
@@ -91,10 +94,35 @@ export function enqueueCommand(program: Command): void {
       'how long a job counts for deduplication (default 600000)',
       intOption('--dedup-window-ms', 0, MAX_DELAY_MS),
     )
+    .option(
+      '--debounce-key <key>',
+      'debounce: enqueues with this key while its job waits make one job (with --debounce-ms)',
+    )
+    .option(
+      '--debounce-ms <ms>',
+      'debounce: start this long after the last enqueue',
+      intOption('--debounce-ms', 1, MAX_DELAY_MS),
+    )
+    .option(
+      '--debounce-max-wait-ms <ms>',
+      'debounce: start at most this long after the first enqueue',
+      intOption('--debounce-max-wait-ms', 1, MAX_DELAY_MS),
+    )
     .option('--source <type:id>', 'the record the job is about: type:id, or JSON with a method', sourceOption)
     .action(async (task: string, payloadText: string, options: Options, command: Command) => {
       const payload = await jsonArgument(payloadText, 'payload');
-      const { delay, ...opts } = options;
+      const { delay, debounceKey, debounceMs, debounceMaxWaitMs, ...rest } = options;
+      const opts: EnqueueOptions = { ...rest };
+      if (debounceKey !== undefined || debounceMs !== undefined || debounceMaxWaitMs !== undefined) {
+        if (debounceKey === undefined || debounceMs === undefined) {
+          throw optionError('--debounce-key', 'and --debounce-ms go together (--debounce-max-wait-ms with them)');
+        }
+        opts.debounce = {
+          key: debounceKey,
+          delayMs: debounceMs,
+          ...(debounceMaxWaitMs === undefined ? {} : { maxWaitMs: debounceMaxWaitMs }),
+        };
+      }
       if (delay !== undefined && opts.delayMs !== undefined) {
         throw optionError('--delay', 'is the older name of --delay-ms: give one of them');
       }
@@ -103,8 +131,11 @@ export function enqueueCommand(program: Command): void {
       try {
         const { id, deduplicated } = await tusk.enqueue(task, payload, opts);
         console.log(id);
-        if (deduplicated)
+        if (deduplicated && opts.debounce) {
+          console.error(`tusk: debounced: the key's waiting job (${id}) takes this payload and starts later`);
+        } else if (deduplicated) {
           console.error(`tusk: deduplicated: an unfinished job with that key exists (${id}), no job added`);
+        }
       } catch (error) {
         throw asFlagError(error);
       } finally {
