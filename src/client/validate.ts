@@ -116,34 +116,38 @@ export const jobOptionShape = {
     .optional(),
 };
 
-const exclusiveTiming = (o: {
+type Timing = {
   runAt?: Date | undefined;
   delayMs?: number | undefined;
   debounce?: unknown;
   dedupe?: boolean | undefined;
   dedupKey?: string | undefined;
-}) =>
-  [o.runAt, o.delayMs, o.debounce].filter((x) => x !== undefined).length <= 1 &&
-  (o.debounce === undefined || (o.dedupKey === undefined && !o.dedupe));
-const timingMessage = {
-  error: 'give one of runAt, delayMs and debounce (its delayMs is the start), and debounce without dedupe',
 };
+
+/** The checks across fields of a job's options, each with its own message. */
+const timing = <T extends z.ZodType<Timing>>(schema: T) =>
+  schema
+    .refine((o) => o.runAt === undefined || o.delayMs === undefined, { error: 'give runAt or delayMs, not both' })
+    .refine((o) => o.debounce === undefined || (o.runAt === undefined && o.delayMs === undefined), {
+      error: 'debounce sets the start itself (its delayMs): give it without runAt or delayMs',
+    })
+    .refine((o) => o.debounce === undefined || (o.dedupKey === undefined && !o.dedupe), {
+      error: 'give debounce or a dedup key (dedupe, dedupKey), not both',
+    });
 
 /** A caller's connection, usually inside its transaction (see TransactionLike). */
 export const clientSchema = z.custom<TransactionLike>((c) => isTransactionLike(c), {
   error: (issue) => `must be ${SUPPORTED_CLIENTS} (got ${clientKind(issue.input)})`,
 });
 
-export const enqueueOptionsSchema = z
-  .strictObject({ ...jobOptionShape, client: clientSchema.optional() })
-  .refine(exclusiveTiming, timingMessage);
+export const enqueueOptionsSchema = timing(z.strictObject({ ...jobOptionShape, client: clientSchema.optional() }));
 
-export const stageOptionsSchema = z.strictObject(jobOptionShape).refine(exclusiveTiming, timingMessage);
+export const stageOptionsSchema = timing(z.strictObject(jobOptionShape));
 
-export const jobSpecSchema = z
-  .strictObject({
+export const jobSpecSchema = timing(
+  z.strictObject({
     ...jobOptionShape,
     task: nameSchema(200),
     payload: z.unknown().optional(),
-  })
-  .refine(exclusiveTiming, timingMessage);
+  }),
+);
