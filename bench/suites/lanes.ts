@@ -75,12 +75,9 @@ export async function lanes(o: LanesOptions): Promise<boolean> {
     await pool.query(`ANALYZE "${SCHEMA}".jobs`);
     status('lanes · timing fetches with the flood');
     const after = { own: await timeFetch(pool, 'victim0', o.fetches), any: await timeFetch(pool, null, o.fetches) };
-    // the flooder with a per-key limit, and served least recently: a fetch for any tenant takes
-    // its lanes (each fetch is rolled back, so it stays first)
-    await pool.query(
-      `UPDATE "${SCHEMA}".tenants SET per_key = CASE WHEN tenant = 'flooder' THEN 1 END,
-         last_served_at = CASE WHEN tenant = 'flooder' THEN '-infinity'::timestamptz ELSE now() END`,
-    );
+    // the flooder with a per-key limit (a committed row: each fetch is rolled back). Never served
+    // and first by name, it comes first in turn: a fetch for any tenant reads its key window
+    await tusk.tenants.set('flooder', { perKey: 1 });
     const keyed = { own: await timeFetch(pool, 'victim0', o.fetches), any: await timeFetch(pool, null, o.fetches) };
     statusDone();
 
