@@ -509,7 +509,10 @@ END $$;
 -- this long: a worker's own clock may be ahead or behind.
 CREATE FUNCTION :SCHEMA.next_due_in_ms()
 RETURNS bigint LANGUAGE sql STABLE AS $$
-  SELECT greatest(0, ceil(extract(epoch FROM :SCHEMA.next_due_at() - clock_timestamp()) * 1000))::bigint
+  -- greatest() skips NULLs: nothing pending must stay NULL, not become "due now"
+  SELECT CASE WHEN d.at IS NULL THEN NULL
+              ELSE greatest(0, ceil(extract(epoch FROM d.at - clock_timestamp()) * 1000))::bigint END
+  FROM (SELECT :SCHEMA.next_due_at() AS at) d
 $$;
 
 -- Periodic upkeep, run by one process at a time (the others skip it): reap, promote,

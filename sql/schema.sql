@@ -1231,7 +1231,10 @@ $$;
 CREATE FUNCTION tusk.next_due_in_ms() RETURNS bigint
     LANGUAGE sql STABLE
     AS $$
-  SELECT greatest(0, ceil(extract(epoch FROM "tusk".next_due_at() - clock_timestamp()) * 1000))::bigint
+  -- greatest() skips NULLs: nothing pending must stay NULL, not become "due now"
+  SELECT CASE WHEN d.at IS NULL THEN NULL
+              ELSE greatest(0, ceil(extract(epoch FROM d.at - clock_timestamp()) * 1000))::bigint END
+  FROM (SELECT "tusk".next_due_at() AS at) d
 $$;
 
 --

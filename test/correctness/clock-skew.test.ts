@@ -58,3 +58,23 @@ it('an idle worker whose clock is 5 s ahead of the database does not spin while 
     await counter.pool.end();
   }
 });
+
+it('an idle worker with nothing scheduled does not spin', async () => {
+  const counter = countingPool();
+  const tusk = db.another({ pool: counter.pool });
+  const worker = db.worker(
+    { queues: ['nothing'], heartbeatMs: 1000, pollMs: 1000, maintenanceMs: 500, tasks: { x: () => null } },
+    tusk,
+  );
+  try {
+    await worker.start();
+    await sleep(500);
+    const idle = await countFor(counter, 1500);
+    console.log(`queries of an idle worker with nothing due in 1.5 s: ${idle}`);
+    expect(idle, 'queries in 1.5 s').toBeLessThan(60);
+  } finally {
+    await worker.stop();
+    await tusk.close();
+    await counter.pool.end();
+  }
+});
