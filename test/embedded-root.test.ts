@@ -83,10 +83,19 @@ describe('the demo as root, from a folder user postgres cannot enter', () => {
     expect(data, r.stdout).toBeDefined();
     expect(r.stdout).toContain(`of an embedded PostgreSQL in ${data}\n`);
     expect(r.stdout).toMatch(/400\/400 done in [\d.]+ s/);
-    // the cluster belongs to postgres; nothing was written into the closed folder's project but its lock and password
+    // the cluster belongs to postgres, its password lies beside it; nothing stays in the project's folder
     const uid = await run('id', ['-u', 'postgres']);
     expect((await stat(data as string)).uid).toBe(Number(uid.stdout.trim()));
-    expect((await readdir(join(app, '.tusk', 'pg'))).sort()).toEqual(['credentials.json']);
+    expect(await readdir(join(app, '.tusk', 'pg'))).toEqual([]);
+    expect(await readdir(join(data as string, '..'))).toContain('credentials.json');
+  });
+
+  it('runs again after the project folder was deleted and made again at the same path (a new clone)', async () => {
+    expect((await demo(shared)).code).toBe(0); // a cluster for this path in the shared folder
+    await rm(join(app, '.tusk'), { recursive: true, force: true });
+    const r = await demo(shared);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/400\/400 done in [\d.]+ s/);
   });
 
   it('cannot run when the shared folder is closed too: one line naming the folders and the ways out', async () => {

@@ -68,8 +68,9 @@ export async function startEmbedded(options: EmbeddedOptions = {}, log: Logger =
     // found before anything is created, so that what cannot work fails with the reason
     const programs = await reachablePrograms(log);
     const dataDir = programs.runAs ? await reachableDataDir(dir, programs.runAs, log) : join(dir, 'data');
-    const credentials = await loadCredentials(dir);
-    if (!existsSync(join(dataDir, 'PG_VERSION'))) await initialise(programs, dataDir, credentials);
+    const initialised = existsSync(join(dataDir, 'PG_VERSION'));
+    const credentials = await loadCredentials(dirname(dataDir), dir, initialised);
+    if (!initialised) await initialise(programs, dataDir, credentials);
     const running = await runningServer(dataDir);
     if (running) return server(programs, dir, dataDir, running, credentials, false);
     const port = options.port ?? (await freePort());
@@ -140,9 +141,25 @@ async function otherClients(connectionString: string): Promise<number> {
   }
 }
 
-async function loadCredentials(dir: string): Promise<Credentials> {
-  const file = join(dir, 'credentials.json');
-  if (existsSync(file)) return JSON.parse(await readFile(file, 'utf8')) as Credentials;
+/**
+ * The cluster's password, kept beside its data: a project folder deleted and made again
+ * at the same path (a new clone) finds the cluster it left in the shared folder. (Kept in
+ * the project folder before; read there too.)
+ */
+async function loadCredentials(home: string, project: string, initialised: boolean): Promise<Credentials> {
+  const file = join(home, 'credentials.json');
+  for (const known of [file, join(project, 'credentials.json')]) {
+    if (!existsSync(known)) continue;
+    const credentials = JSON.parse(await readFile(known, 'utf8')) as Credentials;
+    if (known !== file) await writeFile(file, JSON.stringify(credentials), { mode: 0o600 });
+    return credentials;
+  }
+  if (initialised) {
+    throw new TuskError(
+      `embedded PostgreSQL: the cluster in ${home} was made by an earlier run whose password is gone: ` +
+        `delete ${home} to start a new one, or set DATABASE_URL`,
+    );
+  }
   const credentials = { user: 'postgres', password: randomBytes(18).toString('base64url') };
   await writeFile(file, JSON.stringify(credentials), { mode: 0o600 });
   return credentials;
