@@ -48,6 +48,21 @@ export class Fifo<T> {
     return undefined;
   }
 
+  /** Removes every item matching `match`, in one pass; returns them. */
+  removeAll(match: (item: T) => boolean): T[] {
+    const removed: T[] = [];
+    const kept: T[] = [];
+    for (let i = this.#head; i < this.#items.length; i++) {
+      const item = this.#items[i] as T;
+      (match(item) ? removed : kept).push(item);
+    }
+    if (removed.length > 0) {
+      this.#items = kept;
+      this.#head = 0;
+    }
+    return removed;
+  }
+
   *[Symbol.iterator](): Iterator<T> {
     for (let i = this.#head; i < this.#items.length; i++) yield this.#items[i] as T;
   }

@@ -312,10 +312,8 @@ export class Worker {
       const claimedAt = performance.now();
       // the lease runs from the claim's start on the server, so after claimSentAt here
       const leaseUntil = claimSentAt + this.#opts.leaseMs - this.#opts.leaseMarginMs;
-      for (const row of rows) {
-        this.#supersede(row);
-        this.#buffer.push(new ActiveJob(row, claimedAt, leaseUntil));
-      }
+      this.#supersede(rows);
+      for (const row of rows) this.#buffer.push(new ActiveJob(row, claimedAt, leaseUntil));
       this.#pump();
       if (rows.length > 0) {
         // jobs were there: an empty claim next is probably a tenant row locked by another
@@ -720,15 +718,18 @@ export class Worker {
     if (this.#buffer.remove((j) => j === job)) this.counters.lost++;
   }
 
-  /** A claim returned `row`: an older attempt of its job still held here is stale. */
-  #supersede(row: ClaimedRow): void {
+  /** A claim returned `rows`: an older attempt of one of their jobs still held here is stale. */
+  #supersede(rows: ClaimedRow[]): void {
+    if (rows.length === 0 || (this.#active.size === 0 && this.#buffer.length === 0)) return;
+    const fresh = new Map(rows.map((r) => [r.id, r.lease_token]));
+    const stale = (job: ActiveJob) => {
+      const token = fresh.get(job.row.id);
+      return token !== undefined && token !== job.row.lease_token;
+    };
     for (const job of this.#active.values()) {
-      if (job.row.id === row.id && job.row.lease_token !== row.lease_token) {
-        this.#lost(job, 'the job was claimed again (its lease had run out)');
-      }
+      if (stale(job)) this.#lost(job, 'the job was claimed again (its lease had run out)');
     }
-    const stale = this.#buffer.remove((job) => job.row.id === row.id);
-    if (stale) this.counters.lost++;
+    this.counters.lost += this.#buffer.removeAll(stale).length;
   }
 
   /**
