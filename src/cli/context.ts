@@ -84,7 +84,7 @@ export function runUntilSignal(what: string, stop: () => Promise<void>): Promise
  * reached — a process started while the server restarts waits for it instead of exiting.
  * Other errors (no schema, bad password) are thrown. Null if a signal came meanwhile.
  */
-export async function startPatiently<T extends { start(): Promise<void> }>(
+export async function startPatiently<T extends { start(): Promise<void>; stop(): Promise<void> }>(
   make: () => T,
   what: string,
   source: UrlSource,
@@ -102,6 +102,11 @@ export async function startPatiently<T extends { start(): Promise<void> }>(
       const started = make();
       try {
         await started.start();
+        // a signal that came while it started (its handler here took it): stop at once
+        if (signalled) {
+          await started.stop();
+          return null;
+        }
         return started;
       } catch (error) {
         if (!isConnectionError(error)) throw error;

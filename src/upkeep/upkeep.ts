@@ -88,13 +88,18 @@ export class Upkeep {
     every(this.#historyEveryMs, 'history', (db) => this.#history(db))();
   }
 
-  /** Stops the timers and waits for a pass in progress. */
-  async stop(): Promise<void> {
+  /**
+   * Stops the timers and waits for a pass in progress, for `waitMs` at most (default 2 s):
+   * a pass held up by a lock must not hold up a process's shutdown (it is rolled back when
+   * the connection closes, and another process does it).
+   */
+  async stop(waitMs = 2000): Promise<void> {
     this.#stopped = true;
     this.#running = false;
     for (const timer of this.#timers) clearInterval(timer);
     this.#timers = [];
-    while (this.#busy.size > 0) await new Promise((resolve) => setTimeout(resolve, 10));
+    const until = Date.now() + waitMs;
+    while (this.#busy.size > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 10));
     this.#host.forget(this);
   }
 
