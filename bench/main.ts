@@ -1,5 +1,5 @@
 // npm run bench -- [suite] [options]: benchmarks that print tables and write
-// bench/results/*.json. Suites: peers (the default), scaling, fairness, lanes, drain, history.
+// bench/results/*.json. Suites: peers (the default), scaling, fairness, lanes, pinned, drain, history.
 import { Command, InvalidArgumentError } from 'commander';
 import { benchDatabase, writeSummary } from './lib/env.js';
 import { drain } from './suites/drain.js';
@@ -7,6 +7,7 @@ import { fairness } from './suites/fairness.js';
 import { history } from './suites/history.js';
 import { lanes } from './suites/lanes.js';
 import { peers, TARGETS, type Target } from './suites/peers.js';
+import { pinned } from './suites/pinned.js';
 import { scaling } from './suites/scaling.js';
 
 const int = (name: string) => (v: string) => {
@@ -154,6 +155,27 @@ program
         url: db.url,
         keys: options.quick ? 20_000 : options.keys,
         fetches: options.quick ? 20 : options.fetches,
+      });
+      if (!ok) process.exitCode = 1;
+    } finally {
+      await db.close();
+    }
+  });
+
+program
+  .command('pinned')
+  .description('claim time as jobs go through while a transaction pins the xmin horizon')
+  .option('--jobs <n>', 'jobs handled while the horizon is pinned, per case', int('--jobs'), 100_000)
+  .option('--batch <n>', 'jobs per claim', int('--batch'), 16)
+  .option('--quick', 'a smoke run (20 000 jobs)')
+  .action(async (options: { jobs: number; batch: number; quick?: boolean }) => {
+    const db = await benchDatabase();
+    try {
+      const ok = await pinned({
+        url: db.url,
+        jobs: options.quick ? 20_000 : options.jobs,
+        batch: options.batch,
+        checkpoints: options.quick ? 2 : 5,
       });
       if (!ok) process.exitCode = 1;
     } finally {

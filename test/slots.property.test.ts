@@ -75,6 +75,8 @@ async function check(s: Scenario): Promise<void> {
   const violations: string[] = [];
   let sampling = true;
   let samples = 0;
+  /** Samples that saw a job running: proof the samplers overlapped the work, however fast it went. */
+  let busy = 0;
   const sampler = async () => {
     while (sampling) {
       const rows = await db.rows<{
@@ -93,6 +95,7 @@ async function check(s: Scenario): Promise<void> {
         [names],
       );
       samples++;
+      if (rows.some((r) => r.running > 0)) busy++;
       for (const r of rows) {
         if (r.slots !== null && r.running > r.slots)
           violations.push(`${r.tenant}: ${r.running} running, ${r.slots} slots`);
@@ -157,7 +160,7 @@ async function check(s: Scenario): Promise<void> {
   await Promise.all(instances.map((t) => t.close()));
 
   expect(violations).toEqual([]);
-  expect(samples).toBeGreaterThan(20);
+  expect(busy).toBeGreaterThan(0);
   const ended = await db.rows<{ state: string; n: number }>(
     'SELECT state::text, count(*)::int AS n FROM $schema.job_history WHERE queue = $1 GROUP BY 1',
     [queue],
@@ -173,7 +176,7 @@ async function check(s: Scenario): Promise<void> {
   console.log(
     `run ${run}: ${ids.length} jobs, ${names.length} tenants, ${workers.length} workers, ` +
       `faults [${s.faults.map((f) => f.kind).join(' ')}], ${lost?.n ?? 0} jobs recovered after a lost worker or lease, ` +
-      `${samples} samples, 0 violations`,
+      `${samples} samples (${busy} with jobs running), 0 violations`,
   );
 }
 
