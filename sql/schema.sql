@@ -239,6 +239,39 @@ BEGIN
 END $_$;
 
 --
+-- Name: arrivals_lock(); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.arrivals_lock() RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT hashtext('"tusk"' || ':arrivals') $$;
+
+--
+-- Name: arrivals_since(xid8, xid8[]); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.arrivals_since(p_xmax xid8, p_xip xid8[]) RETURNS TABLE(id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8, expires_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
+  WHERE j.state = 'available' AND j.avail_xid IS NOT NULL
+    AND (j.avail_xid >= p_xmax OR j.avail_xid = ANY (p_xip))
+$$;
+
+--
+-- Name: arrived_pairs(); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.arrived_pairs() RETURNS TABLE(queue text, tenant text)
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT DISTINCT a.queue, a.tenant
+  FROM (SELECT s.snap FROM "tusk".pair_scans s ORDER BY s.seq DESC LIMIT 1) prev
+  CROSS JOIN LATERAL "tusk".arrivals_since(
+    pg_snapshot_xmax(prev.snap), ARRAY(SELECT pg_snapshot_xip(prev.snap))) a
+$$;
+
+--
 -- Name: cancel_job(bigint); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -305,6 +338,7 @@ CREATE TABLE tusk.jobs (
     debounce_key text,
     debounce_until timestamp with time zone,
     progress jsonb,
+    avail_xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
     CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts > 0)),
     CONSTRAINT jobs_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['scheduled'::tusk.job_state, 'available'::tusk.job_state, 'running'::tusk.job_state, 'failed'::tusk.job_state]))),
@@ -330,6 +364,11 @@ DECLARE
   v_shared text[];
   v_ids bigint[];
   v_tids tid[];
+  v_mark_queues text[];
+  v_mark_tenants text[];
+  v_mark_priorities smallint[];
+  v_mark_ids bigint[];
+  v_snap pg_snapshot;
   v_default integer;
   v_space integer := "tusk".tenant_lock_space();
   v_now timestamptz;
@@ -366,9 +405,8 @@ BEGIN
       AND (t.per_key IS NOT NULL OR coalesce(t.slots, v_default) IS NOT NULL OR t.rate_limit IS NOT NULL)
       AND "tusk".rate_left(t, clock_timestamp()) > 0
       AND (coalesce(t.slots, v_default) IS NULL
-           OR coalesce(t.slots, v_default) > (
-             SELECT count(*) FROM "tusk".jobs r WHERE r.state = 'running' AND r.tenant = t.tenant))
-    ORDER BY t.last_served_at, t.tenant
+           OR coalesce(t.slots, v_default) > "tusk".running_now(t.tenant, ''))
+    ORDER BY "tusk".served_at(t.tenant), t.tenant
     LIMIT least(p_max_tenants, p_limit)
     FOR UPDATE OF t SKIP LOCKED
   ) e;
@@ -378,7 +416,7 @@ BEGIN
     SELECT t.tenant, t.slots FROM "tusk".tenants t
     WHERE t.tenant = ANY (v_candidates) AND NOT t.paused
       AND t.per_key IS NULL AND coalesce(t.slots, v_default) IS NULL AND t.rate_limit IS NULL
-    ORDER BY t.last_served_at, t.tenant
+    ORDER BY "tusk".served_at(t.tenant), t.tenant
     LIMIT least(p_max_tenants, p_limit)
   ) u
   WHERE pg_try_advisory_xact_lock_shared(v_space, hashtext(u.tenant))
@@ -402,113 +440,243 @@ BEGIN
   --    exactly, and the starts left in their rate window (at v_now, read after the locks:
   --    claims of a tenant are serialized by its lock, so their v_now only grows and each
   --    start is counted in the window it falls in), re-check that the shared ones are
-  --    still unlimited, and choose the jobs in round-robin order.
+  --    still unlimited, and choose the jobs in round-robin order. The snapshot is kept:
+  --    the marks written below speak of it.
   v_now := clock_timestamp();
-  SELECT coalesce(array_agg(c.id ORDER BY c.rn, c.last_served_at, c.tenant), '{}'), array_agg(c.tid)
-  INTO v_ids, v_tids FROM (
-    -- MATERIALIZED: computed once, not once per picked row
-    WITH elig AS MATERIALIZED (
-      SELECT t.tenant, t.last_served_at, t.per_key, t.tenant = ANY (v_shared) AS shared,
-             least("tusk".rate_left(t, v_now),
-               CASE WHEN lim.n IS NULL THEN p_limit
-                    ELSE least(p_limit, lim.n - (
-                      SELECT count(*)::integer FROM "tusk".jobs r
-                      WHERE r.state = 'running' AND r.tenant = t.tenant)) END) AS free
-      FROM "tusk".tenants t
-      CROSS JOIN LATERAL (SELECT coalesce(t.slots, (SELECT default_slots FROM "tusk".config)) AS n) lim
-      WHERE t.tenant = ANY (v_exclusive)
-         OR (t.tenant = ANY (v_shared) AND lim.n IS NULL AND t.per_key IS NULL AND t.rate_limit IS NULL
-             AND NOT t.paused)
-    ),
-    lanes AS MATERIALIZED (
-      SELECT l.queue, l.tenant, l.concurrency_key, e.free, e.last_served_at, e.shared,
-             CASE WHEN l.concurrency_key IS NULL OR l.concurrency_key = '' OR e.per_key IS NULL THEN NULL
-                  ELSE e.per_key - (
-                    SELECT count(*)::integer FROM "tusk".jobs r
-                    WHERE r.state = 'running' AND r.tenant = l.tenant
-                      AND r.concurrency_key = l.concurrency_key) END AS key_free
-      FROM unnest(v_lanes) l JOIN elig e ON e.tenant = l.tenant
-      WHERE e.free > 0
-    ),
-    picked AS (
-      -- limited tenants: no row locks, since no other claim can pick their jobs
-      SELECT p.id, p.tid, p.priority, n.tenant, n.concurrency_key, n.free, n.key_free, n.last_served_at
-      FROM lanes n CROSS JOIN LATERAL (
-        SELECT j.id, j.ctid AS tid, j.priority FROM "tusk".jobs j
-        WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
-          AND j.concurrency_key = n.concurrency_key
-          AND (j.expires_at IS NULL OR j.expires_at > now())
-        ORDER BY j.priority, j.id
-        LIMIT greatest(0, least(n.free, coalesce(n.key_free, n.free)))
-      ) p
-      WHERE NOT n.shared AND n.concurrency_key IS NOT NULL
-      UNION ALL
-      -- limited tenants without a per-key limit: the pair, every key, in (priority, id) order
-      SELECT p.id, p.tid, p.priority, n.tenant, n.concurrency_key, n.free, NULL, n.last_served_at
-      FROM lanes n CROSS JOIN LATERAL (
-        SELECT j.id, j.ctid AS tid, j.priority FROM "tusk".jobs j
-        WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
-          AND (j.expires_at IS NULL OR j.expires_at > now())
-        ORDER BY j.priority, j.id
-        LIMIT n.free
-      ) p
-      WHERE NOT n.shared AND n.concurrency_key IS NULL
-      UNION ALL
-      -- unlimited tenants: claims run in parallel, so lock the jobs (SKIP LOCKED)
-      SELECT p.id, p.tid, p.priority, n.tenant, n.concurrency_key, n.free, NULL, n.last_served_at
-      FROM lanes n CROSS JOIN LATERAL (
-        SELECT j.id, j.ctid AS tid, j.priority FROM "tusk".jobs j
-        WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
-          AND (j.expires_at IS NULL OR j.expires_at > now())
-        ORDER BY j.priority, j.id
-        LIMIT n.free
-        FOR UPDATE OF j SKIP LOCKED
-      ) p
-      WHERE n.shared
-    ),
-    keyed AS (  -- a key's lanes in several queues share its limit
-      SELECT p.*, row_number() OVER (PARTITION BY p.tenant, p.concurrency_key ORDER BY p.priority, p.id) AS rk
-      FROM picked p
-    ),
-    ranked AS (
-      SELECT k.id, k.tid, k.tenant, k.free, k.last_served_at,
-             row_number() OVER (PARTITION BY k.tenant ORDER BY k.priority, k.id) AS rn
-      FROM keyed k WHERE k.key_free IS NULL OR k.rk <= k.key_free
-    )
-    SELECT r.id, r.tid, r.rn, r.last_served_at, r.tenant FROM ranked r WHERE r.rn <= r.free
+  WITH elig AS MATERIALIZED (  -- MATERIALIZED: computed once, not once per picked row
+    SELECT t.tenant, "tusk".served_at(t.tenant) AS last_served_at, t.per_key,
+           t.tenant = ANY (v_shared) AS shared,
+           least("tusk".rate_left(t, v_now),
+             CASE WHEN lim.n IS NULL THEN p_limit
+                  ELSE least(p_limit, lim.n - "tusk".running_now(t.tenant, '')) END) AS free
+    FROM "tusk".tenants t
+    CROSS JOIN LATERAL (SELECT coalesce(t.slots, (SELECT default_slots FROM "tusk".config)) AS n) lim
+    WHERE t.tenant = ANY (v_exclusive)
+       OR (t.tenant = ANY (v_shared) AND lim.n IS NULL AND t.per_key IS NULL AND t.rate_limit IS NULL
+           AND NOT t.paused)
+  ),
+  lanes AS MATERIALIZED (
+    SELECT l.queue, l.tenant, l.concurrency_key, e.free, e.last_served_at, e.shared,
+           CASE WHEN l.concurrency_key IS NULL OR l.concurrency_key = '' OR e.per_key IS NULL THEN NULL
+                ELSE e.per_key - "tusk".running_now(l.tenant, l.concurrency_key) END AS key_free,
+           CASE WHEN e.shared THEN 2 * e.free + 16 ELSE e.free END AS reach,
+           m.priority AS m_priority, m.id AS m_id, m.xmax AS m_xmax, m.xip AS m_xip
+    FROM unnest(v_lanes) l JOIN elig e ON e.tenant = l.tenant
+    CROSS JOIN LATERAL "tusk".lane_mark(l.queue, l.tenant) m
+    WHERE e.free > 0
+  ),
+  arr AS MATERIALIZED (
+    SELECT a.* FROM "tusk".arrivals_since(
+      (SELECT min(n.m_xmax) FROM lanes n WHERE n.concurrency_key IS NULL),
+      ARRAY(SELECT DISTINCT x FROM lanes n, unnest(n.m_xip) x WHERE n.concurrency_key IS NULL)) a
+  ),
+  -- Limited tenants' pair lanes (their claims are serialized by the tenant's row lock):
+  -- the first jobs in lane order, the arrivals before the mark and the jobs after it.
+  cands AS MATERIALIZED (
+    SELECT n.queue, n.tenant, x.id, x.tid, x.priority, x.arrival,
+           row_number() OVER (PARTITION BY n.queue, n.tenant ORDER BY x.priority, x.id) AS ord
+    FROM lanes n CROSS JOIN LATERAL (
+      SELECT y.* FROM (
+        (SELECT j.id, j.ctid AS tid, j.priority, false AS arrival FROM "tusk".jobs j
+         WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
+           AND (j.priority, j.id) > (n.m_priority, n.m_id)
+           AND (j.expires_at IS NULL OR j.expires_at > now())
+         ORDER BY j.priority, j.id
+         LIMIT n.free)
+        UNION ALL
+        SELECT a.id, a.tid, a.priority, true FROM arr a
+        WHERE a.queue = n.queue AND a.tenant = n.tenant
+          AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
+          AND (a.priority, a.id) <= (n.m_priority, n.m_id)
+          AND (a.expires_at IS NULL OR a.expires_at > now())
+      ) y
+      ORDER BY y.priority, y.id
+      LIMIT n.free
+    ) x
+    WHERE NOT n.shared AND n.concurrency_key IS NULL
+  ),
+  -- Unlimited tenants' lanes are claimed in parallel: their jobs are locked (SKIP LOCKED),
+  -- first the arrivals before the mark (they come first in lane order), then from the mark
+  -- on, as far as it takes. MATERIALIZED: the locking runs once per lane.
+  early AS MATERIALIZED (
+    SELECT n.queue, n.tenant, p.id, p.tid, p.priority FROM lanes n CROSS JOIN LATERAL (
+      SELECT j.id, j.ctid AS tid, j.priority FROM "tusk".jobs j
+      WHERE j.ctid = ANY (ARRAY(
+              SELECT a.tid FROM arr a
+              WHERE a.queue = n.queue AND a.tenant = n.tenant
+                AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
+                AND (a.priority, a.id) <= (n.m_priority, n.m_id)
+                AND (a.expires_at IS NULL OR a.expires_at > now())))
+        AND j.state IS NOT DISTINCT FROM 'available'  -- see the claim below
+      ORDER BY j.priority, j.id
+      LIMIT n.free
+      FOR UPDATE OF j SKIP LOCKED
+    ) p
+    WHERE n.shared
+  ),
+  late AS MATERIALIZED (
+    SELECT n.queue, n.tenant, p.id, p.tid, p.priority FROM lanes n CROSS JOIN LATERAL (
+      SELECT j.id, j.ctid AS tid, j.priority FROM "tusk".jobs j
+      WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
+        AND (j.priority, j.id) > (n.m_priority, n.m_id)
+        AND (j.expires_at IS NULL OR j.expires_at > now())
+      ORDER BY j.priority, j.id
+      LIMIT n.free - (SELECT count(*) FROM early e WHERE e.queue = n.queue AND e.tenant = n.tenant)
+      FOR UPDATE OF j SKIP LOCKED
+    ) p
+    WHERE n.shared
+  ),
+  locked AS (
+    SELECT k.*, row_number() OVER (PARTITION BY k.queue, k.tenant ORDER BY k.priority, k.id) AS ord
+    FROM (SELECT e.*, true AS arrival FROM early e UNION ALL SELECT l.*, false FROM late l) k
+  ),
+  picked AS (
+    -- key lanes of limited tenants: no row locks, since no other claim can pick their jobs
+    SELECT p.id, p.tid, p.priority, n.queue, n.tenant, n.concurrency_key, n.free, n.key_free,
+           n.last_served_at, NULL::bigint AS ord, NULL::boolean AS arrival
+    FROM lanes n CROSS JOIN LATERAL (
+      SELECT j.id, j.ctid AS tid, j.priority FROM "tusk".jobs j
+      WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
+        AND j.concurrency_key = n.concurrency_key
+        AND (j.expires_at IS NULL OR j.expires_at > now())
+      ORDER BY j.priority, j.id
+      LIMIT greatest(0, least(n.free, coalesce(n.key_free, n.free)))
+    ) p
+    WHERE NOT n.shared AND n.concurrency_key IS NOT NULL
+    UNION ALL
+    -- limited tenants without a per-key limit: the pair's candidates, no row locks either
+    SELECT c.id, c.tid, c.priority, n.queue, n.tenant, n.concurrency_key, n.free, NULL,
+           n.last_served_at, c.ord, c.arrival
+    FROM lanes n JOIN cands c ON c.queue = n.queue AND c.tenant = n.tenant
+    WHERE NOT n.shared AND n.concurrency_key IS NULL
+    UNION ALL
+    -- unlimited tenants: what this claim locked
+    SELECT k.id, k.tid, k.priority, n.queue, n.tenant, n.concurrency_key, n.free, NULL,
+           n.last_served_at, k.ord, k.arrival
+    FROM locked k
+    JOIN lanes n ON n.queue = k.queue AND n.tenant = k.tenant AND n.concurrency_key IS NULL
+  ),
+  keyed AS (  -- a key's lanes in several queues share its limit
+    SELECT p.*, row_number() OVER (PARTITION BY p.tenant, p.concurrency_key ORDER BY p.priority, p.id) AS rk
+    FROM picked p
+  ),
+  ranked AS (
+    SELECT k.id, k.tid, k.queue, k.tenant, k.priority, k.free, k.last_served_at, k.ord, k.arrival,
+           row_number() OVER (PARTITION BY k.tenant ORDER BY k.priority, k.id) AS rn
+    FROM keyed k WHERE k.key_free IS NULL OR k.rk <= k.key_free
+  ),
+  chosen AS MATERIALIZED (
+    SELECT r.* FROM ranked r WHERE r.rn <= r.free
     ORDER BY r.rn, r.last_served_at, r.tenant
     LIMIT p_limit
-  ) c;
+  ),
+  -- A pair lane's new mark: the last job chosen from after its old mark, when every job
+  -- available in this snapshot up to it was chosen: all the lane's arrivals before the
+  -- old mark, and all its jobs between the old mark and the new (counted on the index: a
+  -- job skipped because another claim held it breaks the count, and no mark is written).
+  lane_chosen AS (
+    SELECT h.queue, h.tenant, max(h.ord) AS last, count(*) AS n,
+           count(*) FILTER (WHERE h.arrival) AS arrivals
+    FROM chosen h WHERE h.ord IS NOT NULL GROUP BY h.queue, h.tenant
+  ),
+  marks AS (
+    SELECT h.queue, h.tenant, h.priority, h.id
+    FROM lane_chosen g
+    JOIN chosen h ON h.queue = g.queue AND h.tenant = g.tenant AND h.ord = g.last AND NOT h.arrival
+    JOIN lanes n ON n.queue = g.queue AND n.tenant = g.tenant AND n.concurrency_key IS NULL
+    WHERE g.last = g.n
+      AND g.arrivals = (
+        SELECT count(*) FROM arr a
+        WHERE a.queue = n.queue AND a.tenant = n.tenant
+          AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
+          AND (a.priority, a.id) <= (n.m_priority, n.m_id)
+          AND (a.expires_at IS NULL OR a.expires_at > now()))
+      AND g.n - g.arrivals = (
+        SELECT count(*) FROM "tusk".jobs j
+        WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
+          AND (j.priority, j.id) > (n.m_priority, n.m_id) AND (j.priority, j.id) <= (h.priority, h.id)
+          AND (j.expires_at IS NULL OR j.expires_at > now()))
+  )
+  SELECT (SELECT coalesce(array_agg(h.id ORDER BY h.rn, h.last_served_at, h.tenant), '{}') FROM chosen h),
+         (SELECT array_agg(h.tid) FROM chosen h),
+         (SELECT array_agg(m.queue) FROM marks m), (SELECT array_agg(m.tenant) FROM marks m),
+         (SELECT array_agg(m.priority) FROM marks m), (SELECT array_agg(m.id) FROM marks m),
+         pg_current_snapshot()
+  INTO v_ids, v_tids, v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_snap;
   IF cardinality(v_ids) = 0 THEN RETURN; END IF;
 
   -- 3. Claim them, by tuple id (no index lookups). A job changed meanwhile (cancelled,
-  --    expired) has moved or is no longer available, and is left out. last_served_at of
-  --    an unlimited tenant is updated only if no parallel claim is updating it already;
-  --    a rate-limited tenant's row is locked by this claim, so its starts are always
-  --    counted.
+  --    expired) has moved or is no longer available, and is left out — and then no mark
+  --    is written, since it might pass such a job. A rate-limited tenant's row is locked
+  --    by this claim, so its starts are always counted.
   RETURN QUERY
   WITH claimed AS (
     UPDATE "tusk".jobs j
     SET state = 'running', attempts = j.attempts + 1, locked_by = p_worker,
         lease_token = nextval('"tusk".lease_tokens'),
         started_at = v_now, lease_until = now() + p_lease_ms * interval '1 millisecond'
-    WHERE j.ctid = ANY (v_tids) AND j.state = 'available'
+    -- IS NOT DISTINCT FROM: the same test (state is never null), but one that no partial
+    -- index on `state = 'available'` matches, so the plan is a TID scan and not a whole
+    -- scan of such an index, dead entries and all
+    WHERE j.ctid = ANY (v_tids) AND j.state IS NOT DISTINCT FROM 'available'
     RETURNING j.*
   ),
   served AS (
-    UPDATE "tusk".tenants t SET last_served_at = clock_timestamp(),
-      rate_window = CASE WHEN t.rate_limit IS NULL THEN t.rate_window
-                         ELSE "tusk".rate_window(t.rate_per_ms, v_now) END,
-      rate_used = CASE WHEN t.rate_limit IS NULL THEN t.rate_used
-                       ELSE n.n + t.rate_limit - "tusk".rate_left(t, v_now) END
+    INSERT INTO "tusk".tenant_serves (tenant) SELECT DISTINCT c.tenant FROM claimed c
+  ),
+  rated AS (
+    UPDATE "tusk".tenants t SET
+      rate_window = "tusk".rate_window(t.rate_per_ms, v_now),
+      rate_used = n.n + t.rate_limit - "tusk".rate_left(t, v_now)
     FROM (SELECT c.tenant, count(*)::integer AS n FROM claimed c GROUP BY c.tenant) n
-    WHERE t.tenant = n.tenant AND t.tenant IN (
-      SELECT s.tenant FROM "tusk".tenants s
-      WHERE s.tenant IN (SELECT c.tenant FROM claimed c)
-      FOR NO KEY UPDATE SKIP LOCKED)
+    WHERE t.tenant = n.tenant AND t.rate_limit IS NOT NULL
+  ),
+  marked AS (
+    INSERT INTO "tusk".lane_marks (queue, tenant, priority, id, snap)
+    SELECT m.queue, m.tenant, m.priority, m.id, v_snap
+    FROM unnest(v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids) AS m(queue, tenant, priority, id)
+    WHERE (SELECT count(*) FROM claimed) = cardinality(v_ids)
   )
   SELECT c.* FROM claimed c JOIN unnest(v_ids) WITH ORDINALITY AS o(id, ord) ON o.id = c.id
   ORDER BY o.ord;
+END $$;
+
+--
+-- Name: count_running(); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.count_running() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_tenants text[];
+  v_keys text[];
+  v_ns integer[];
+BEGIN
+  -- the rows that left 'running' (-1) and entered it (+1); new_rows only in an UPDATE
+  IF TG_OP = 'UPDATE' THEN
+    SELECT array_agg(m.tenant), array_agg(m.concurrency_key), array_agg(m.n) INTO v_tenants, v_keys, v_ns
+    FROM (SELECT o.tenant, o.concurrency_key, -1 AS n FROM old_rows o WHERE o.state = 'running'
+          UNION ALL
+          SELECT w.tenant, w.concurrency_key, 1 FROM new_rows w WHERE w.state = 'running') m;
+  ELSE
+    SELECT array_agg(o.tenant), array_agg(o.concurrency_key), array_agg(-1) INTO v_tenants, v_keys, v_ns
+    FROM old_rows o WHERE o.state = 'running';
+  END IF;
+  IF v_tenants IS NULL THEN RETURN NULL; END IF;
+  -- per tenant ('') and per concurrency key; a lease renewed (-1 +1) writes nothing
+  SELECT array_agg(d.tenant), array_agg(d.ckey), array_agg(d.n) INTO v_tenants, v_keys, v_ns FROM (
+    SELECT m.tenant, k.ckey, sum(m.n)::integer AS n
+    FROM unnest(v_tenants, v_keys, v_ns) m(tenant, concurrency_key, n)
+    CROSS JOIN LATERAL (VALUES (''), (nullif(m.concurrency_key, ''))) k(ckey)
+    WHERE k.ckey IS NOT NULL
+    GROUP BY m.tenant, k.ckey HAVING sum(m.n) <> 0
+  ) d;
+  IF v_tenants IS NULL THEN RETURN NULL; END IF;
+  -- shared, before the deltas take their seq: the fold waits for the writers in progress
+  PERFORM pg_advisory_xact_lock_shared("tusk".running_lock(), 0);
+  INSERT INTO "tusk".running_deltas (tenant, ckey, n) SELECT * FROM unnest(v_tenants, v_keys, v_ns);
+  RETURN NULL;
 END $$;
 
 --
@@ -1050,6 +1218,37 @@ BEGIN
 END $$;
 
 --
+-- Name: fold_running(); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.fold_running() RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_upto bigint;
+  v_n integer;
+BEGIN
+  IF NOT pg_try_advisory_xact_lock("tusk".running_lock(), 0) THEN RETURN 0; END IF;
+  SELECT f.upto INTO v_upto FROM "tusk".running_fold f;
+  WITH gone AS (
+    DELETE FROM "tusk".running_deltas d WHERE d.seq > v_upto RETURNING d.*
+  ),
+  sums AS (
+    SELECT g.tenant, g.ckey, sum(g.n)::integer AS n FROM gone g GROUP BY g.tenant, g.ckey
+  ),
+  merged AS (
+    INSERT INTO "tusk".running_base AS b (tenant, ckey, n)
+    SELECT s.tenant, s.ckey, s.n FROM sums s WHERE s.n <> 0
+    ON CONFLICT (tenant, ckey) DO UPDATE SET n = b.n + excluded.n
+  )
+  SELECT count(*), max(g.seq) INTO v_n, v_upto FROM gone g;
+  IF v_n = 0 THEN RETURN 0; END IF;
+  UPDATE "tusk".running_fold SET upto = v_upto;
+  DELETE FROM "tusk".running_base b WHERE b.n = 0;
+  RETURN v_n;
+END $$;
+
+--
 -- Name: heartbeat(integer, bigint[], bigint[], integer); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -1079,6 +1278,18 @@ BEGIN
 END $$;
 
 --
+-- Name: jobs_available_again(); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.jobs_available_again() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  NEW.avail_xid := pg_current_xact_id();
+  RETURN NEW;
+END $$;
+
+--
 -- Name: key_lanes(text, text); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -1098,6 +1309,21 @@ CREATE FUNCTION tusk.key_lanes(p_queue text, p_tenant text) RETURNS tusk.lane[]
   )
   SELECT array_agg(ROW(p_queue, p_tenant, k.concurrency_key)::"tusk".lane)
   FROM (SELECT * FROM k LIMIT (SELECT c.key_lanes FROM "tusk".config c)) k
+$$;
+
+--
+-- Name: lane_mark(text, text); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.lane_mark(p_queue text, p_tenant text, OUT priority smallint, OUT id bigint, OUT xmax xid8, OUT xip xid8[], OUT at timestamp with time zone) RETURNS record
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT coalesce(m.priority, -32768), coalesce(m.id, 0), pg_snapshot_xmax(m.snap),
+         coalesce(ARRAY(SELECT pg_snapshot_xip(m.snap)), '{}'), m.at
+  FROM (SELECT) one LEFT JOIN LATERAL (
+    SELECT m.priority, m.id, m.snap, m.at FROM "tusk".lane_marks m
+    WHERE m.queue = p_queue AND m.tenant = p_tenant ORDER BY m.seq DESC LIMIT 1
+  ) m ON pg_snapshot_xmax(m.snap) <= pg_snapshot_xmax(pg_current_snapshot())
 $$;
 
 --
@@ -1138,7 +1364,7 @@ DECLARE
   v_errors jsonb := '[]';
   r record;
 BEGIN
-  IF NOT pg_try_advisory_xact_lock(hashtext('tusk'), 0) THEN
+  IF NOT pg_try_advisory_xact_lock(hashtext('"tusk"'), 0) THEN
     RETURN NULL;
   END IF;
   BEGIN
@@ -1161,6 +1387,17 @@ BEGIN
     v_done := v_done || jsonb_build_object('partitions', "tusk".ensure_history_partitions());
   EXCEPTION WHEN OTHERS THEN
     v_errors := v_errors || jsonb_build_object('step', 'partitions', 'code', SQLSTATE, 'message', SQLERRM);
+  END;
+  BEGIN
+    v_done := v_done || jsonb_build_object('idlePairs', "tusk".prune_lanes());
+  EXCEPTION WHEN OTHERS THEN
+    v_errors := v_errors || jsonb_build_object('step', 'lanes', 'code', SQLSTATE, 'message', SQLERRM);
+  END;
+  -- last: writers wait for the fold's lock until this transaction ends
+  BEGIN
+    v_done := v_done || jsonb_build_object('folded', "tusk".fold_running());
+  EXCEPTION WHEN OTHERS THEN
+    v_errors := v_errors || jsonb_build_object('step', 'fold', 'code', SQLSTATE, 'message', SQLERRM);
   END;
   RETURN v_done || jsonb_build_object('errors', v_errors);
 END $$;
@@ -1260,6 +1497,30 @@ BEGIN
   PERFORM pg_notify('tusk' || ':staged', '');
   RETURN NULL;
 END $$;
+
+--
+-- Name: pairs_with_work(tusk.lane[]); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.pairs_with_work(p_pairs tusk.lane[]) RETURNS tusk.lane[]
+    LANGUAGE sql STABLE
+    AS $$
+  WITH pairs AS MATERIALIZED (
+    SELECT p.queue, p.tenant, m.priority, m.id, m.xmax, m.xip
+    FROM unnest(p_pairs) p CROSS JOIN LATERAL "tusk".lane_mark(p.queue, p.tenant) m
+  ),
+  arr AS MATERIALIZED (
+    SELECT a.queue, a.tenant, a.avail_xid FROM "tusk".arrivals_since(
+      (SELECT min(p.xmax) FROM pairs p), ARRAY(SELECT DISTINCT x FROM pairs p, unnest(p.xip) x)) a
+  )
+  SELECT array_agg(ROW(p.queue, p.tenant, NULL)::"tusk".lane) FROM pairs p
+  WHERE EXISTS (SELECT 1 FROM "tusk".jobs j
+                WHERE j.state = 'available' AND j.queue = p.queue AND j.tenant = p.tenant
+                  AND (j.priority, j.id) > (p.priority, p.id))
+     OR EXISTS (SELECT 1 FROM arr a
+                WHERE a.queue = p.queue AND a.tenant = p.tenant
+                  AND (a.avail_xid >= p.xmax OR a.avail_xid = ANY (p.xip)))
+$$;
 
 --
 -- Name: pause_queue(text, boolean); Type: FUNCTION; Schema: tusk; Owner: -
@@ -1391,6 +1652,65 @@ BEGIN
 END $_$;
 
 --
+-- Name: prune_lanes(); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.prune_lanes() RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_n integer;
+BEGIN
+  PERFORM pg_advisory_xact_lock("tusk".arrivals_lock(), 0);
+  -- A fresh snapshot after the lock: an arrival it misses is one the next look sees.
+  -- Pairs with no work and no claim for a minute out.
+  WITH idle AS MATERIALIZED (
+    SELECT a.queue, a.tenant FROM "tusk".active_pairs a
+    WHERE NOT EXISTS (SELECT 1 FROM "tusk".lane_marks m
+                      WHERE m.queue = a.queue AND m.tenant = a.tenant AND m.claimed
+                        AND m.at > now() - interval '1 minute')
+  ),
+  busy AS (
+    SELECT b.queue, b.tenant FROM unnest("tusk".pairs_with_work(
+      ARRAY(SELECT ROW(i.queue, i.tenant, NULL)::"tusk".lane FROM idle i))) b
+  )
+  DELETE FROM "tusk".active_pairs a USING idle i
+  WHERE a.queue = i.queue AND a.tenant = i.tenant
+    AND NOT EXISTS (SELECT 1 FROM busy b WHERE b.queue = a.queue AND b.tenant = a.tenant);
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  -- Marks kept fresh: a reader's scan of arrivals starts at the oldest mark it holds, so
+  -- a lane not claimed for a while (full, paused, idle) would pull it back. A mark older
+  -- than a second gets a successor at the same position under this snapshot when no job
+  -- at or before the position arrived since: then every job available in this snapshot at
+  -- or before it is gone, as the old mark said of its own.
+  WITH stale AS MATERIALIZED (
+    SELECT a.queue, a.tenant, m.priority, m.id, m.xmax, m.xip FROM "tusk".active_pairs a
+    CROSS JOIN LATERAL "tusk".lane_mark(a.queue, a.tenant) m
+    WHERE m.at < now() - interval '1 second'
+  ),
+  arr AS MATERIALIZED (
+    SELECT a.* FROM "tusk".arrivals_since(
+      (SELECT min(s.xmax) FROM stale s), ARRAY(SELECT DISTINCT x FROM stale s, unnest(s.xip) x)) a
+  )
+  INSERT INTO "tusk".lane_marks (queue, tenant, priority, id, snap, claimed)
+  SELECT s.queue, s.tenant, s.priority, s.id, pg_current_snapshot(), false FROM stale s
+  WHERE NOT EXISTS (SELECT 1 FROM arr a
+                    WHERE a.queue = s.queue AND a.tenant = s.tenant
+                      AND (a.avail_xid >= s.xmax OR a.avail_xid = ANY (s.xip))
+                      AND (a.priority, a.id) <= (s.priority, s.id));
+  DELETE FROM "tusk".lane_marks m
+  WHERE m.at < now() - interval '10 seconds'
+    AND EXISTS (SELECT 1 FROM "tusk".lane_marks n
+                WHERE n.queue = m.queue AND n.tenant = m.tenant AND n.seq > m.seq);
+  DELETE FROM "tusk".tenant_serves s
+  WHERE s.at < now() - interval '10 seconds'
+    AND EXISTS (SELECT 1 FROM "tusk".tenant_serves n WHERE n.tenant = s.tenant AND n.at > s.at);
+  DELETE FROM "tusk".pair_scans s
+  WHERE s.at < now() - interval '10 seconds' AND s.seq < (SELECT max(n.seq) FROM "tusk".pair_scans n);
+  RETURN v_n;
+END $$;
+
+--
 -- Name: put_schedule(jsonb); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -1422,7 +1742,6 @@ CREATE TABLE tusk.tenants (
     slots integer,
     per_key integer,
     paused boolean DEFAULT false NOT NULL,
-    last_served_at timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     retention interval,
     rate_limit integer,
@@ -1468,46 +1787,25 @@ $$;
 --
 
 CREATE FUNCTION tusk.ready_pairs(p_queues text[], p_tenant text) RETURNS tusk.lane[]
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql
     AS $$
 DECLARE
-  v_queues text[] := p_queues;
-  v_all "tusk".lane[];
+  v_took boolean := pg_try_advisory_xact_lock("tusk".arrivals_lock(), 0);
 BEGIN
-  IF v_queues IS NULL THEN
-    -- the queues with work: one descent each
-    WITH RECURSIVE q AS (
-      (SELECT j.queue FROM "tusk".jobs j WHERE j.state = 'available' ORDER BY j.queue LIMIT 1)
-      UNION ALL
-      SELECT n.queue FROM q CROSS JOIN LATERAL (
-        SELECT j.queue FROM "tusk".jobs j WHERE j.state = 'available' AND j.queue > q.queue
-        ORDER BY j.queue LIMIT 1) n
-    )
-    SELECT array_agg(q.queue) INTO v_queues FROM q;
+  IF v_took THEN
+    PERFORM "tusk".take_up_arrivals();
   END IF;
-  SELECT array_agg(q) INTO v_queues FROM unnest(v_queues) q
-  WHERE NOT EXISTS (SELECT 1 FROM "tusk".paused_queues p WHERE p.queue = q);
-  IF v_queues IS NULL THEN RETURN NULL; END IF;
-  IF p_tenant IS NOT NULL THEN
-    SELECT array_agg(ROW(q.queue, p_tenant, NULL)::"tusk".lane) INTO v_all
-    FROM unnest(v_queues) q(queue)
-    WHERE EXISTS (SELECT 1 FROM "tusk".jobs j
-                  WHERE j.state = 'available' AND j.queue = q.queue AND j.tenant = p_tenant);
-    RETURN v_all;
-  END IF;
-  SELECT array_agg(ROW(q.queue, t.tenant, NULL)::"tusk".lane) INTO v_all
-  FROM unnest(v_queues) q(queue) CROSS JOIN LATERAL (
-    WITH RECURSIVE t AS (
-      (SELECT j.tenant FROM "tusk".jobs j
-        WHERE j.state = 'available' AND j.queue = q.queue ORDER BY j.tenant LIMIT 1)
-      UNION ALL
-      SELECT n.tenant FROM t CROSS JOIN LATERAL (
-        SELECT j.tenant FROM "tusk".jobs j
-        WHERE j.state = 'available' AND j.queue = q.queue AND j.tenant > t.tenant
-        ORDER BY j.tenant LIMIT 1) n
-    )
-    SELECT t.tenant FROM t) t;
-  RETURN v_all;
+  -- Without the lock (another claim or the upkeep holds it), the arrivals are read all the
+  -- same: a job committed before this claim began is always seen by it.
+  RETURN "tusk".pairs_with_work(ARRAY(
+    SELECT ROW(a.queue, a.tenant, NULL)::"tusk".lane FROM (
+      SELECT p.queue, p.tenant FROM "tusk".active_pairs p
+      UNION
+      SELECT n.queue, n.tenant FROM "tusk".arrived_pairs() n WHERE NOT v_took
+    ) a
+    WHERE (p_queues IS NULL OR a.queue = ANY (p_queues))
+      AND (p_tenant IS NULL OR a.tenant = p_tenant)
+      AND NOT EXISTS (SELECT 1 FROM "tusk".paused_queues p WHERE p.queue = a.queue)));
 END $$;
 
 --
@@ -1716,6 +2014,39 @@ BEGIN
 END $$;
 
 --
+-- Name: running_lock(); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.running_lock() RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT hashtext('"tusk"' || ':running') $$;
+
+--
+-- Name: running_now(text, text); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.running_now(p_tenant text, p_key text) RETURNS integer
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT coalesce((SELECT b.n FROM "tusk".running_base b WHERE b.tenant = p_tenant AND b.ckey = p_key), 0)
+       + coalesce((SELECT sum(d.n)::integer FROM "tusk".running_deltas d
+                   WHERE d.tenant = p_tenant AND d.ckey = p_key
+                     AND d.seq > (SELECT f.upto FROM "tusk".running_fold f)), 0)
+$$;
+
+--
+-- Name: served_at(text); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.served_at(p_tenant text) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT coalesce(
+    (SELECT s.at FROM "tusk".tenant_serves s WHERE s.tenant = p_tenant ORDER BY s.at DESC LIMIT 1),
+    '-infinity')
+$$;
+
+--
 -- Name: set_default_slots(integer); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -1795,6 +2126,21 @@ BEGIN
 END $$;
 
 --
+-- Name: take_up_arrivals(); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.take_up_arrivals() RETURNS void
+    LANGUAGE sql
+    AS $$
+  WITH added AS (
+    INSERT INTO "tusk".active_pairs (queue, tenant)
+    SELECT a.queue, a.tenant FROM "tusk".arrived_pairs() a
+    ON CONFLICT DO NOTHING
+  )
+  INSERT INTO "tusk".pair_scans (snap) VALUES (pg_current_snapshot())
+$$;
+
+--
 -- Name: tenant_lock_space(); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -1834,6 +2180,15 @@ BEGIN
   DELETE FROM "tusk".workers WHERE id = p_id;
   PERFORM pg_advisory_unlock(hashtext('tusk'), p_id);
 END $$;
+
+--
+-- Name: active_pairs; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.active_pairs (
+    queue text NOT NULL,
+    tenant text NOT NULL
+);
 
 --
 -- Name: api_tokens; Type: TABLE; Schema: tusk; Owner: -
@@ -1976,6 +2331,34 @@ ALTER TABLE tusk.jobs ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
 );
 
 --
+-- Name: lane_marks; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.lane_marks (
+    seq bigint NOT NULL,
+    queue text NOT NULL,
+    tenant text NOT NULL,
+    priority smallint NOT NULL,
+    id bigint NOT NULL,
+    snap pg_snapshot NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    claimed boolean DEFAULT true NOT NULL
+);
+
+--
+-- Name: lane_marks_seq_seq; Type: SEQUENCE; Schema: tusk; Owner: -
+--
+
+ALTER TABLE tusk.lane_marks ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME tusk.lane_marks_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: lease_tokens; Type: SEQUENCE; Schema: tusk; Owner: -
 --
 
@@ -1998,6 +2381,29 @@ CREATE TABLE tusk.migrations (
 );
 
 --
+-- Name: pair_scans; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.pair_scans (
+    seq bigint NOT NULL,
+    snap pg_snapshot NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
+-- Name: pair_scans_seq_seq; Type: SEQUENCE; Schema: tusk; Owner: -
+--
+
+ALTER TABLE tusk.pair_scans ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME tusk.pair_scans_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: paused_queues; Type: TABLE; Schema: tusk; Owner: -
 --
 
@@ -2005,6 +2411,50 @@ CREATE TABLE tusk.paused_queues (
     queue text NOT NULL,
     paused_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT paused_queues_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128)))
+);
+
+--
+-- Name: running_base; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.running_base (
+    tenant text NOT NULL,
+    ckey text NOT NULL,
+    n integer NOT NULL
+);
+
+--
+-- Name: running_deltas; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.running_deltas (
+    seq bigint NOT NULL,
+    tenant text NOT NULL,
+    ckey text NOT NULL,
+    n integer NOT NULL
+);
+
+--
+-- Name: running_deltas_seq_seq; Type: SEQUENCE; Schema: tusk; Owner: -
+--
+
+ALTER TABLE tusk.running_deltas ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME tusk.running_deltas_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: running_fold; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.running_fold (
+    one boolean DEFAULT true NOT NULL,
+    upto bigint NOT NULL,
+    CONSTRAINT running_fold_one_check CHECK (one)
 );
 
 --
@@ -2075,6 +2525,15 @@ ALTER TABLE tusk.staged_jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: tenant_serves; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.tenant_serves (
+    tenant text NOT NULL,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+--
 -- Name: workers; Type: TABLE; Schema: tusk; Owner: -
 --
 
@@ -2108,6 +2567,13 @@ ALTER TABLE tusk.workers ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
 --
 
 ALTER TABLE ONLY tusk.job_history ATTACH PARTITION tusk.job_history_default DEFAULT;
+
+--
+-- Name: active_pairs active_pairs_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.active_pairs
+    ADD CONSTRAINT active_pairs_pkey PRIMARY KEY (queue, tenant);
 
 --
 -- Name: api_tokens api_tokens_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
@@ -2159,11 +2625,32 @@ ALTER TABLE ONLY tusk.migrations
     ADD CONSTRAINT migrations_pkey PRIMARY KEY (version);
 
 --
+-- Name: pair_scans pair_scans_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.pair_scans
+    ADD CONSTRAINT pair_scans_pkey PRIMARY KEY (seq);
+
+--
 -- Name: paused_queues paused_queues_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
 --
 
 ALTER TABLE ONLY tusk.paused_queues
     ADD CONSTRAINT paused_queues_pkey PRIMARY KEY (queue);
+
+--
+-- Name: running_base running_base_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.running_base
+    ADD CONSTRAINT running_base_pkey PRIMARY KEY (tenant, ckey);
+
+--
+-- Name: running_fold running_fold_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.running_fold
+    ADD CONSTRAINT running_fold_pkey PRIMARY KEY (one);
 
 --
 -- Name: schedule_runs schedule_runs_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
@@ -2249,6 +2736,12 @@ CREATE INDEX job_history_tenant ON ONLY tusk.job_history USING btree (tenant, fi
 CREATE INDEX job_history_default_tenant_finished_at_idx ON tusk.job_history_default USING btree (tenant, finished_at DESC);
 
 --
+-- Name: jobs_arrivals; Type: INDEX; Schema: tusk; Owner: -
+--
+
+CREATE INDEX jobs_arrivals ON tusk.jobs USING btree (avail_xid) WHERE ((state = 'available'::tusk.job_state) AND (avail_xid IS NOT NULL));
+
+--
 -- Name: jobs_debounce; Type: INDEX; Schema: tusk; Owner: -
 --
 
@@ -2297,10 +2790,28 @@ CREATE INDEX jobs_running ON tusk.jobs USING btree (tenant, concurrency_key) WHE
 CREATE INDEX jobs_source ON tusk.jobs USING btree (source_type, source_id) WHERE (source_type IS NOT NULL);
 
 --
+-- Name: lane_marks_newest; Type: INDEX; Schema: tusk; Owner: -
+--
+
+CREATE INDEX lane_marks_newest ON tusk.lane_marks USING btree (queue, tenant, seq DESC);
+
+--
+-- Name: running_deltas_lane; Type: INDEX; Schema: tusk; Owner: -
+--
+
+CREATE INDEX running_deltas_lane ON tusk.running_deltas USING btree (tenant, ckey, seq) INCLUDE (n);
+
+--
 -- Name: schedules_due; Type: INDEX; Schema: tusk; Owner: -
 --
 
 CREATE INDEX schedules_due ON tusk.schedules USING btree (next_run_at);
+
+--
+-- Name: tenant_serves_newest; Type: INDEX; Schema: tusk; Owner: -
+--
+
+CREATE INDEX tenant_serves_newest ON tusk.tenant_serves USING btree (tenant, at DESC);
 
 --
 -- Name: tenants_rated; Type: INDEX; Schema: tusk; Owner: -
@@ -2331,6 +2842,24 @@ ALTER INDEX tusk.job_history_source ATTACH PARTITION tusk.job_history_default_so
 --
 
 ALTER INDEX tusk.job_history_tenant ATTACH PARTITION tusk.job_history_default_tenant_finished_at_idx;
+
+--
+-- Name: jobs jobs_available_again; Type: TRIGGER; Schema: tusk; Owner: -
+--
+
+CREATE TRIGGER jobs_available_again BEFORE UPDATE ON tusk.jobs FOR EACH ROW WHEN (((new.state = 'available'::tusk.job_state) AND ((old.state <> 'available'::tusk.job_state) OR (old.queue <> new.queue) OR (old.tenant <> new.tenant) OR (old.priority <> new.priority)))) EXECUTE FUNCTION tusk.jobs_available_again();
+
+--
+-- Name: jobs jobs_count_running_delete; Type: TRIGGER; Schema: tusk; Owner: -
+--
+
+CREATE TRIGGER jobs_count_running_delete AFTER DELETE ON tusk.jobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION tusk.count_running();
+
+--
+-- Name: jobs jobs_count_running_update; Type: TRIGGER; Schema: tusk; Owner: -
+--
+
+CREATE TRIGGER jobs_count_running_update AFTER UPDATE ON tusk.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION tusk.count_running();
 
 --
 -- Name: jobs jobs_notify; Type: TRIGGER; Schema: tusk; Owner: -

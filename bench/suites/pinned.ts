@@ -27,6 +27,8 @@ const TENANTS = 4;
 const PER_ROUND = 2000;
 /** Goal: a claim at the end of the pin ≤ 2× a claim before it. */
 const GOAL = 2;
+/** The upkeep's pass, every 500 ms as a worker runs it by default. */
+const UPKEEP_MS = 500;
 
 interface Checkpoint {
   handled: number;
@@ -69,9 +71,30 @@ async function round(
   }
 }
 
+/** Runs `maintain()` on its own connection every UPKEEP_MS until stopped, as a worker does. */
+function upkeep(pool: pg.Pool): () => Promise<void> {
+  let stopped = false;
+  const loop = (async () => {
+    const u = await pool.connect();
+    try {
+      while (!stopped) {
+        await u.query(`SELECT "${SCHEMA}".maintain()`);
+        await new Promise((r) => setTimeout(r, UPKEEP_MS));
+      }
+    } finally {
+      u.release();
+    }
+  })();
+  return async () => {
+    stopped = true;
+    await loop;
+  };
+}
+
 async function runCase(pool: pg.Pool, tusk: Tusk, o: PinnedOptions, label: string): Promise<Checkpoint[]> {
   const c = await pool.connect();
   const pin = await pool.connect();
+  const stopUpkeep = upkeep(pool);
   const points: Checkpoint[] = [];
   try {
     // before the pin: the reference
@@ -97,6 +120,7 @@ async function runCase(pool: pg.Pool, tusk: Tusk, o: PinnedOptions, label: strin
     await pin.query('COMMIT');
   } finally {
     await pin.query('ROLLBACK').catch(() => {});
+    await stopUpkeep();
     pin.release();
     c.release();
   }
@@ -104,7 +128,7 @@ async function runCase(pool: pg.Pool, tusk: Tusk, o: PinnedOptions, label: strin
 }
 
 export async function pinned(o: PinnedOptions): Promise<boolean> {
-  const pool = new pg.Pool({ connectionString: o.url, max: 3 });
+  const pool = new pg.Pool({ connectionString: o.url, max: 4 });
   const tusk = new Tusk({ connectionString: o.url, schema: SCHEMA, logger: false });
   try {
     const cases: Array<{ label: string; points: Checkpoint[] }> = [];
@@ -121,7 +145,7 @@ export async function pinned(o: PinnedOptions): Promise<boolean> {
     const met = ratios.every((r) => r <= GOAL);
     console.log(
       [
-        `Pinned horizon: a transaction holding an xid stays open while ${o.jobs.toLocaleString('en')} jobs over ${TENANTS} tenants are enqueued (${PER_ROUND.toLocaleString('en')} at a time) and drained by claim_jobs(${o.batch}) + finish_jobs on one connection (PostgreSQL ${server.server_version})`,
+        `Pinned horizon: a transaction holding an xid stays open while ${o.jobs.toLocaleString('en')} jobs over ${TENANTS} tenants are enqueued (${PER_ROUND.toLocaleString('en')} at a time) and drained by claim_jobs(${o.batch}) + finish_jobs on one connection, maintain() every ${UPKEEP_MS} ms on another (PostgreSQL ${server.server_version})`,
         '',
         renderTable(
           ['tenants', 'jobs handled since the pin', 'claim ms', 'claim p99 ms', 'finish ms'],

@@ -40,7 +40,7 @@ export async function selectTenants(db: Queryable, schema: string, tenant: strin
             coalesce(t.slots, c.default_slots) AS slots, t.per_key, coalesce(t.paused, false) AS paused,
             t.rate_limit, t.rate_per_ms::float8 AS rate_per_ms, t.retention::text AS own_retention,
             coalesce(t.retention, c.retention)::text AS retention,
-            nullif(t.last_served_at, '-infinity') AS last_served_at,
+            nullif(${s}.served_at(t.tenant), '-infinity') AS last_served_at,
             coalesce(n.running, 0) AS running, coalesce(n.available, 0) AS available,
             coalesce(n.scheduled, 0) AS scheduled, coalesce(n.retrying, 0) AS retrying,
             n.oldest_waiting_ms::float8 AS oldest_waiting_ms

@@ -1,9 +1,3 @@
--- PROTOTYPE, NOT APPLIED: the next storage migration in the making (see storage.md,
--- "Snapshot marks"). It is not under sql/, so no install runs it. State when set aside: it
--- migrates; a quick `npm run bench -- pinned` with it finished the case without limits and
--- hung in the case with slot limits (not yet diagnosed). To continue: copy it to
--- sql/000023_*.sql, make src/queries/tenants.ts read served_at(t.tenant), and measure.
---
 -- Claims that a pinned xmin horizon cannot slow down.
 --
 -- Every production PostgreSQL has long transactions (an idle session, an analytics query,
@@ -26,15 +20,19 @@
 --    job becomes available again), which may sit before the position (a job committed
 --    late, a retry, a promoted delayed job). Those are found by avail_xid, not by position:
 --    `avail_xid >= xmax(snapshot) OR avail_xid IN xip(snapshot)`, as PgQ reads events
---    between ticks. A mark is only written over a prefix of the lane that was entirely
---    claimed, so a job skipped (locked by a parallel claim, dropped by a cancel) is never
---    passed. Marks are read newest first; older ones go in the upkeep, behind the newest,
---    where no read goes.
+--    between ticks, in one read for all the lanes of a claim. A mark is only written when
+--    every job available in the claim's snapshot up to the new position was claimed by it
+--    (counted, for lanes claimed in parallel), so a job skipped — locked by a parallel
+--    claim that may yet roll back, dropped by a cancel — is never passed. Marks are read
+--    newest first; older ones go in the upkeep, behind the newest, where no read goes.
+--    The upkeep also renews a lane's mark that is over a second old (same position, its
+--    own snapshot) when nothing arrived at or before the position since, so that no idle
+--    or full lane pulls every reader's read of arrivals back to its old snapshot.
 -- 2. Active pairs. The (queue, tenant) pairs with work were found by walking the ready
---    index — from its dead front. Now a claim looks up the pairs in active_pairs, and
---    one claim at a time (a try-lock: the others go on with what is known) takes up the
---    arrivals since the previous such look (pair_scans: one snapshot each) and adds their
---    pairs. The upkeep removes pairs with nothing available and no claim for a minute,
+--    index — from its dead front. Now a claim looks up the pairs in active_pairs plus the
+--    pairs of the arrivals since the previous look (pair_scans: one snapshot each); one
+--    claim at a time (a try-lock) adds those pairs and records its snapshot as the next
+--    look. The upkeep removes pairs with nothing available and no claim for a minute,
 --    under the same lock, so an arrival it did not see is seen by the next look.
 -- 3. Serves. Round-robin order came from tenants.last_served_at, updated by every claim:
 --    under a pinned horizon each tenant row grew a chain of versions as long as the
@@ -55,7 +53,9 @@
 
 -- 1. Lane marks
 ALTER TABLE :SCHEMA.jobs ADD COLUMN avail_xid xid8 NOT NULL DEFAULT pg_current_xact_id();
-CREATE INDEX jobs_arrivals ON :SCHEMA.jobs (avail_xid) WHERE state = 'available';
+-- `avail_xid IS NOT NULL` (always true) keeps the planner from taking this small index
+-- for any query that asks only for available jobs: only a condition on avail_xid proves it.
+CREATE INDEX jobs_arrivals ON :SCHEMA.jobs (avail_xid) WHERE state = 'available' AND avail_xid IS NOT NULL;
 
 CREATE FUNCTION :SCHEMA.jobs_available_again() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -76,31 +76,41 @@ CREATE TABLE :SCHEMA.lane_marks (
   priority smallint NOT NULL,
   id bigint NOT NULL,
   snap pg_snapshot NOT NULL,
-  at timestamptz NOT NULL DEFAULT now()
+  at timestamptz NOT NULL DEFAULT now(),
+  -- false: written by the upkeep to renew an idle lane's snapshot, not by a claim
+  claimed boolean NOT NULL DEFAULT true
 );
 CREATE INDEX lane_marks_newest ON :SCHEMA.lane_marks (queue, tenant, seq DESC);
 
 -- Where a claim starts reading a (queue, tenant) lane: after (priority, id), plus the
--- arrivals the mark's snapshot did not see (avail_xid >= xmax or in xip). No mark, or one
--- so old that more than 5 000 jobs arrived since (any lane): the lane from its start.
+-- arrivals the mark's snapshot did not see (avail_xid >= xmax or in xip). No mark: the
+-- lane from its start, no arrivals. A mark from the future (a database restored into
+-- another cluster, whose transaction ids start lower) is no mark: its arrivals rule would
+-- miss jobs.
 CREATE FUNCTION :SCHEMA.lane_mark(
   p_queue text, p_tenant text,
-  OUT priority smallint, OUT id bigint, OUT xmax xid8, OUT xip xid8[]
-) LANGUAGE plpgsql STABLE AS $$
-DECLARE
-  v_snap pg_snapshot;
-BEGIN
-  SELECT m.priority, m.id, m.snap INTO priority, id, v_snap FROM :SCHEMA.lane_marks m
-  WHERE m.queue = p_queue AND m.tenant = p_tenant ORDER BY m.seq DESC LIMIT 1;
-  IF FOUND AND (SELECT count(*) FROM (
-        SELECT 1 FROM :SCHEMA.jobs j
-        WHERE j.state = 'available' AND j.avail_xid >= pg_snapshot_xmax(v_snap) LIMIT 5000) a) < 5000 THEN
-    xmax := pg_snapshot_xmax(v_snap);
-    xip := ARRAY(SELECT pg_snapshot_xip(v_snap));
-  ELSE
-    priority := -32768; id := 0; xmax := NULL; xip := '{}';
-  END IF;
-END $$;
+  OUT priority smallint, OUT id bigint, OUT xmax xid8, OUT xip xid8[], OUT at timestamptz
+) LANGUAGE sql STABLE AS $$
+  SELECT coalesce(m.priority, -32768), coalesce(m.id, 0), pg_snapshot_xmax(m.snap),
+         coalesce(ARRAY(SELECT pg_snapshot_xip(m.snap)), '{}'), m.at
+  FROM (SELECT) one LEFT JOIN LATERAL (
+    SELECT m.priority, m.id, m.snap, m.at FROM :SCHEMA.lane_marks m
+    WHERE m.queue = p_queue AND m.tenant = p_tenant ORDER BY m.seq DESC LIMIT 1
+  ) m ON pg_snapshot_xmax(m.snap) <= pg_snapshot_xmax(pg_current_snapshot())
+$$;
+
+-- The jobs made available by a transaction a snapshot did not see, in every lane: read
+-- on jobs_arrivals alone (callers materialize it, so no condition on the lane is pushed
+-- in and no plan reads a lane from its dead front instead). Readers pass the oldest xmax
+-- and all the xips of the marks they hold and filter per mark.
+CREATE FUNCTION :SCHEMA.arrivals_since(p_xmax xid8, p_xip xid8[])
+RETURNS TABLE (id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8,
+               expires_at timestamptz)
+LANGUAGE sql STABLE AS $$
+  SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM :SCHEMA.jobs j
+  WHERE j.state = 'available' AND j.avail_xid IS NOT NULL
+    AND (j.avail_xid >= p_xmax OR j.avail_xid = ANY (p_xip))
+$$;
 
 -- 2. Active pairs
 CREATE TABLE :SCHEMA.active_pairs (
@@ -122,56 +132,67 @@ SELECT DISTINCT j.queue, j.tenant FROM :SCHEMA.jobs j WHERE j.state = 'available
 CREATE FUNCTION :SCHEMA.arrivals_lock() RETURNS integer LANGUAGE sql IMMUTABLE
 AS $$ SELECT hashtext(':SCHEMA' || ':arrivals') $$;
 
--- Adds the pairs of the jobs that arrived since the previous look; one statement, so the
--- snapshot recorded is the one the arrivals were read under. The caller holds the lock.
+-- The pairs of the jobs that arrived since the previous look.
+CREATE FUNCTION :SCHEMA.arrived_pairs() RETURNS TABLE (queue text, tenant text)
+LANGUAGE sql STABLE AS $$
+  SELECT DISTINCT a.queue, a.tenant
+  FROM (SELECT s.snap FROM :SCHEMA.pair_scans s ORDER BY s.seq DESC LIMIT 1) prev
+  CROSS JOIN LATERAL :SCHEMA.arrivals_since(
+    pg_snapshot_xmax(prev.snap), ARRAY(SELECT pg_snapshot_xip(prev.snap))) a
+$$;
+
+-- Adds them to the active pairs; one statement, so the snapshot recorded is the one the
+-- arrivals were read under. The caller holds the lock.
 CREATE FUNCTION :SCHEMA.take_up_arrivals() RETURNS void LANGUAGE sql AS $$
-  WITH prev AS (
-    SELECT s.snap FROM :SCHEMA.pair_scans s ORDER BY s.seq DESC LIMIT 1
-  ),
-  added AS (
+  WITH added AS (
     INSERT INTO :SCHEMA.active_pairs (queue, tenant)
-    SELECT DISTINCT j.queue, j.tenant FROM :SCHEMA.jobs j, prev
-    WHERE j.state = 'available'
-      AND (j.avail_xid >= pg_snapshot_xmax(prev.snap)
-           OR j.avail_xid = ANY (ARRAY(SELECT pg_snapshot_xip(prev.snap))))
+    SELECT a.queue, a.tenant FROM :SCHEMA.arrived_pairs() a
     ON CONFLICT DO NOTHING
   )
   INSERT INTO :SCHEMA.pair_scans (snap) VALUES (pg_current_snapshot())
 $$;
 
--- Whether a pair has an available job: after its mark, or among the arrivals.
-CREATE FUNCTION :SCHEMA.pair_has_work(p_queue text, p_tenant text) RETURNS boolean
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-  m record;
-BEGIN
-  SELECT * INTO m FROM :SCHEMA.lane_mark(p_queue, p_tenant);
-  RETURN EXISTS (
-      SELECT 1 FROM :SCHEMA.jobs j
-      WHERE j.state = 'available' AND j.queue = p_queue AND j.tenant = p_tenant
-        AND (j.priority, j.id) > (m.priority, m.id))
-    OR EXISTS (
-      SELECT 1 FROM :SCHEMA.jobs j
-      WHERE j.state = 'available' AND (j.avail_xid >= m.xmax OR j.avail_xid = ANY (m.xip))
-        AND j.queue = p_queue AND j.tenant = p_tenant);
-END $$;
+-- Pairs with an available job: after their mark (an index range that starts among live
+-- entries), or among the arrivals their mark did not see (one read for all of them).
+CREATE FUNCTION :SCHEMA.pairs_with_work(p_pairs :SCHEMA.lane[]) RETURNS :SCHEMA.lane[]
+LANGUAGE sql STABLE AS $$
+  WITH pairs AS MATERIALIZED (
+    SELECT p.queue, p.tenant, m.priority, m.id, m.xmax, m.xip
+    FROM unnest(p_pairs) p CROSS JOIN LATERAL :SCHEMA.lane_mark(p.queue, p.tenant) m
+  ),
+  arr AS MATERIALIZED (
+    SELECT a.queue, a.tenant, a.avail_xid FROM :SCHEMA.arrivals_since(
+      (SELECT min(p.xmax) FROM pairs p), ARRAY(SELECT DISTINCT x FROM pairs p, unnest(p.xip) x)) a
+  )
+  SELECT array_agg(ROW(p.queue, p.tenant, NULL):::SCHEMA.lane) FROM pairs p
+  WHERE EXISTS (SELECT 1 FROM :SCHEMA.jobs j
+                WHERE j.state = 'available' AND j.queue = p.queue AND j.tenant = p.tenant
+                  AND (j.priority, j.id) > (p.priority, p.id))
+     OR EXISTS (SELECT 1 FROM arr a
+                WHERE a.queue = p.queue AND a.tenant = p.tenant
+                  AND (a.avail_xid >= p.xmax OR a.avail_xid = ANY (p.xip)))
+$$;
 
 -- The (queue, tenant) pairs with available jobs, as lanes with no key.
 CREATE OR REPLACE FUNCTION :SCHEMA.ready_pairs(p_queues text[], p_tenant text)
 RETURNS :SCHEMA.lane[] LANGUAGE plpgsql AS $$
 DECLARE
-  v_all :SCHEMA.lane[];
+  v_took boolean := pg_try_advisory_xact_lock(:SCHEMA.arrivals_lock(), 0);
 BEGIN
-  IF pg_try_advisory_xact_lock(:SCHEMA.arrivals_lock(), 0) THEN
+  IF v_took THEN
     PERFORM :SCHEMA.take_up_arrivals();
   END IF;
-  SELECT array_agg(ROW(a.queue, a.tenant, NULL):::SCHEMA.lane) INTO v_all
-  FROM :SCHEMA.active_pairs a
-  WHERE (p_queues IS NULL OR a.queue = ANY (p_queues))
-    AND (p_tenant IS NULL OR a.tenant = p_tenant)
-    AND NOT EXISTS (SELECT 1 FROM :SCHEMA.paused_queues p WHERE p.queue = a.queue)
-    AND :SCHEMA.pair_has_work(a.queue, a.tenant);
-  RETURN v_all;
+  -- Without the lock (another claim or the upkeep holds it), the arrivals are read all the
+  -- same: a job committed before this claim began is always seen by it.
+  RETURN :SCHEMA.pairs_with_work(ARRAY(
+    SELECT ROW(a.queue, a.tenant, NULL):::SCHEMA.lane FROM (
+      SELECT p.queue, p.tenant FROM :SCHEMA.active_pairs p
+      UNION
+      SELECT n.queue, n.tenant FROM :SCHEMA.arrived_pairs() n WHERE NOT v_took
+    ) a
+    WHERE (p_queues IS NULL OR a.queue = ANY (p_queues))
+      AND (p_tenant IS NULL OR a.tenant = p_tenant)
+      AND NOT EXISTS (SELECT 1 FROM :SCHEMA.paused_queues p WHERE p.queue = a.queue)));
 END $$;
 
 -- 3. Serves
@@ -231,31 +252,34 @@ $$;
 
 -- Statement triggers: the change of running jobs per tenant and key, one row each.
 CREATE FUNCTION :SCHEMA.count_running() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  v_tenants text[];
+  v_keys text[];
+  v_ns integer[];
 BEGIN
+  -- the rows that left 'running' (-1) and entered it (+1); new_rows only in an UPDATE
   IF TG_OP = 'UPDATE' THEN
-    -- shared: the fold waits for the writers in progress, and they for it
-    IF EXISTS (SELECT 1 FROM old_rows o WHERE o.state = 'running')
-       OR EXISTS (SELECT 1 FROM new_rows n WHERE n.state = 'running') THEN
-      PERFORM pg_advisory_xact_lock_shared(:SCHEMA.running_lock(), 0);
-      INSERT INTO :SCHEMA.running_deltas (tenant, ckey, n)
-      SELECT x.tenant, x.ckey, sum(x.n) FROM (
-        SELECT o.tenant, k.ckey, -1 AS n FROM old_rows o
-        CROSS JOIN LATERAL (VALUES (''), (nullif(o.concurrency_key, ''))) k(ckey)
-        WHERE o.state = 'running' AND k.ckey IS NOT NULL
-        UNION ALL
-        SELECT w.tenant, k.ckey, 1 FROM new_rows w
-        CROSS JOIN LATERAL (VALUES (''), (nullif(w.concurrency_key, ''))) k(ckey)
-        WHERE w.state = 'running' AND k.ckey IS NOT NULL
-      ) x GROUP BY x.tenant, x.ckey HAVING sum(x.n) <> 0;
-    END IF;
-  ELSIF EXISTS (SELECT 1 FROM old_rows o WHERE o.state = 'running') THEN
-    PERFORM pg_advisory_xact_lock_shared(:SCHEMA.running_lock(), 0);
-    INSERT INTO :SCHEMA.running_deltas (tenant, ckey, n)
-    SELECT o.tenant, k.ckey, -count(*) FROM old_rows o
-    CROSS JOIN LATERAL (VALUES (''), (nullif(o.concurrency_key, ''))) k(ckey)
-    WHERE o.state = 'running' AND k.ckey IS NOT NULL
-    GROUP BY o.tenant, k.ckey;
+    SELECT array_agg(m.tenant), array_agg(m.concurrency_key), array_agg(m.n) INTO v_tenants, v_keys, v_ns
+    FROM (SELECT o.tenant, o.concurrency_key, -1 AS n FROM old_rows o WHERE o.state = 'running'
+          UNION ALL
+          SELECT w.tenant, w.concurrency_key, 1 FROM new_rows w WHERE w.state = 'running') m;
+  ELSE
+    SELECT array_agg(o.tenant), array_agg(o.concurrency_key), array_agg(-1) INTO v_tenants, v_keys, v_ns
+    FROM old_rows o WHERE o.state = 'running';
   END IF;
+  IF v_tenants IS NULL THEN RETURN NULL; END IF;
+  -- per tenant ('') and per concurrency key; a lease renewed (-1 +1) writes nothing
+  SELECT array_agg(d.tenant), array_agg(d.ckey), array_agg(d.n) INTO v_tenants, v_keys, v_ns FROM (
+    SELECT m.tenant, k.ckey, sum(m.n)::integer AS n
+    FROM unnest(v_tenants, v_keys, v_ns) m(tenant, concurrency_key, n)
+    CROSS JOIN LATERAL (VALUES (''), (nullif(m.concurrency_key, ''))) k(ckey)
+    WHERE k.ckey IS NOT NULL
+    GROUP BY m.tenant, k.ckey HAVING sum(m.n) <> 0
+  ) d;
+  IF v_tenants IS NULL THEN RETURN NULL; END IF;
+  -- shared, before the deltas take their seq: the fold waits for the writers in progress
+  PERFORM pg_advisory_xact_lock_shared(:SCHEMA.running_lock(), 0);
+  INSERT INTO :SCHEMA.running_deltas (tenant, ckey, n) SELECT * FROM unnest(v_tenants, v_keys, v_ns);
   RETURN NULL;
 END $$;
 CREATE TRIGGER jobs_count_running_update AFTER UPDATE ON :SCHEMA.jobs
@@ -300,12 +324,42 @@ DECLARE
   v_n integer;
 BEGIN
   PERFORM pg_advisory_xact_lock(:SCHEMA.arrivals_lock(), 0);
-  -- a fresh snapshot after the lock: an arrival it misses is one the next look sees
-  DELETE FROM :SCHEMA.active_pairs a
-  WHERE NOT EXISTS (SELECT 1 FROM :SCHEMA.lane_marks m
-                    WHERE m.queue = a.queue AND m.tenant = a.tenant AND m.at > now() - interval '1 minute')
-    AND NOT :SCHEMA.pair_has_work(a.queue, a.tenant);
+  -- A fresh snapshot after the lock: an arrival it misses is one the next look sees.
+  -- Pairs with no work and no claim for a minute out.
+  WITH idle AS MATERIALIZED (
+    SELECT a.queue, a.tenant FROM :SCHEMA.active_pairs a
+    WHERE NOT EXISTS (SELECT 1 FROM :SCHEMA.lane_marks m
+                      WHERE m.queue = a.queue AND m.tenant = a.tenant AND m.claimed
+                        AND m.at > now() - interval '1 minute')
+  ),
+  busy AS (
+    SELECT b.queue, b.tenant FROM unnest(:SCHEMA.pairs_with_work(
+      ARRAY(SELECT ROW(i.queue, i.tenant, NULL):::SCHEMA.lane FROM idle i))) b
+  )
+  DELETE FROM :SCHEMA.active_pairs a USING idle i
+  WHERE a.queue = i.queue AND a.tenant = i.tenant
+    AND NOT EXISTS (SELECT 1 FROM busy b WHERE b.queue = a.queue AND b.tenant = a.tenant);
   GET DIAGNOSTICS v_n = ROW_COUNT;
+  -- Marks kept fresh: a reader's scan of arrivals starts at the oldest mark it holds, so
+  -- a lane not claimed for a while (full, paused, idle) would pull it back. A mark older
+  -- than a second gets a successor at the same position under this snapshot when no job
+  -- at or before the position arrived since: then every job available in this snapshot at
+  -- or before it is gone, as the old mark said of its own.
+  WITH stale AS MATERIALIZED (
+    SELECT a.queue, a.tenant, m.priority, m.id, m.xmax, m.xip FROM :SCHEMA.active_pairs a
+    CROSS JOIN LATERAL :SCHEMA.lane_mark(a.queue, a.tenant) m
+    WHERE m.at < now() - interval '1 second'
+  ),
+  arr AS MATERIALIZED (
+    SELECT a.* FROM :SCHEMA.arrivals_since(
+      (SELECT min(s.xmax) FROM stale s), ARRAY(SELECT DISTINCT x FROM stale s, unnest(s.xip) x)) a
+  )
+  INSERT INTO :SCHEMA.lane_marks (queue, tenant, priority, id, snap, claimed)
+  SELECT s.queue, s.tenant, s.priority, s.id, pg_current_snapshot(), false FROM stale s
+  WHERE NOT EXISTS (SELECT 1 FROM arr a
+                    WHERE a.queue = s.queue AND a.tenant = s.tenant
+                      AND (a.avail_xid >= s.xmax OR a.avail_xid = ANY (s.xip))
+                      AND (a.priority, a.id) <= (s.priority, s.id));
   DELETE FROM :SCHEMA.lane_marks m
   WHERE m.at < now() - interval '10 seconds'
     AND EXISTS (SELECT 1 FROM :SCHEMA.lane_marks n
@@ -490,35 +544,75 @@ BEGIN
     CROSS JOIN LATERAL :SCHEMA.lane_mark(l.queue, l.tenant) m
     WHERE e.free > 0
   ),
-  -- The first jobs of each pair lane: after its mark, and the arrivals before it. A
-  -- shared lane reads further: parallel claims lock some of them.
+  arr AS MATERIALIZED (
+    SELECT a.* FROM :SCHEMA.arrivals_since(
+      (SELECT min(n.m_xmax) FROM lanes n WHERE n.concurrency_key IS NULL),
+      ARRAY(SELECT DISTINCT x FROM lanes n, unnest(n.m_xip) x WHERE n.concurrency_key IS NULL)) a
+  ),
+  -- Limited tenants' pair lanes (their claims are serialized by the tenant's row lock):
+  -- the first jobs in lane order, the arrivals before the mark and the jobs after it.
   cands AS MATERIALIZED (
-    SELECT n.queue, n.tenant, x.id, x.tid, x.priority,
+    SELECT n.queue, n.tenant, x.id, x.tid, x.priority, x.arrival,
            row_number() OVER (PARTITION BY n.queue, n.tenant ORDER BY x.priority, x.id) AS ord
     FROM lanes n CROSS JOIN LATERAL (
-      SELECT y.id, y.tid, y.priority FROM (
-        (SELECT j.id, j.ctid AS tid, j.priority FROM :SCHEMA.jobs j
+      SELECT y.* FROM (
+        (SELECT j.id, j.ctid AS tid, j.priority, false AS arrival FROM :SCHEMA.jobs j
          WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
            AND (j.priority, j.id) > (n.m_priority, n.m_id)
            AND (j.expires_at IS NULL OR j.expires_at > now())
          ORDER BY j.priority, j.id
-         LIMIT n.reach)
+         LIMIT n.free)
         UNION ALL
-        SELECT j.id, j.ctid, j.priority FROM :SCHEMA.jobs j
-        WHERE j.state = 'available' AND (j.avail_xid >= n.m_xmax OR j.avail_xid = ANY (n.m_xip))
-          AND j.queue = n.queue AND j.tenant = n.tenant
-          AND (j.priority, j.id) <= (n.m_priority, n.m_id)
-          AND (j.expires_at IS NULL OR j.expires_at > now())
+        SELECT a.id, a.tid, a.priority, true FROM arr a
+        WHERE a.queue = n.queue AND a.tenant = n.tenant
+          AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
+          AND (a.priority, a.id) <= (n.m_priority, n.m_id)
+          AND (a.expires_at IS NULL OR a.expires_at > now())
       ) y
       ORDER BY y.priority, y.id
-      LIMIT n.reach
+      LIMIT n.free
     ) x
-    WHERE n.concurrency_key IS NULL
+    WHERE NOT n.shared AND n.concurrency_key IS NULL
+  ),
+  -- Unlimited tenants' lanes are claimed in parallel: their jobs are locked (SKIP LOCKED),
+  -- first the arrivals before the mark (they come first in lane order), then from the mark
+  -- on, as far as it takes. MATERIALIZED: the locking runs once per lane.
+  early AS MATERIALIZED (
+    SELECT n.queue, n.tenant, p.id, p.tid, p.priority FROM lanes n CROSS JOIN LATERAL (
+      SELECT j.id, j.ctid AS tid, j.priority FROM :SCHEMA.jobs j
+      WHERE j.ctid = ANY (ARRAY(
+              SELECT a.tid FROM arr a
+              WHERE a.queue = n.queue AND a.tenant = n.tenant
+                AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
+                AND (a.priority, a.id) <= (n.m_priority, n.m_id)
+                AND (a.expires_at IS NULL OR a.expires_at > now())))
+        AND j.state IS NOT DISTINCT FROM 'available'  -- see the claim below
+      ORDER BY j.priority, j.id
+      LIMIT n.free
+      FOR UPDATE OF j SKIP LOCKED
+    ) p
+    WHERE n.shared
+  ),
+  late AS MATERIALIZED (
+    SELECT n.queue, n.tenant, p.id, p.tid, p.priority FROM lanes n CROSS JOIN LATERAL (
+      SELECT j.id, j.ctid AS tid, j.priority FROM :SCHEMA.jobs j
+      WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
+        AND (j.priority, j.id) > (n.m_priority, n.m_id)
+        AND (j.expires_at IS NULL OR j.expires_at > now())
+      ORDER BY j.priority, j.id
+      LIMIT n.free - (SELECT count(*) FROM early e WHERE e.queue = n.queue AND e.tenant = n.tenant)
+      FOR UPDATE OF j SKIP LOCKED
+    ) p
+    WHERE n.shared
+  ),
+  locked AS (
+    SELECT k.*, row_number() OVER (PARTITION BY k.queue, k.tenant ORDER BY k.priority, k.id) AS ord
+    FROM (SELECT e.*, true AS arrival FROM early e UNION ALL SELECT l.*, false FROM late l) k
   ),
   picked AS (
     -- key lanes of limited tenants: no row locks, since no other claim can pick their jobs
     SELECT p.id, p.tid, p.priority, n.queue, n.tenant, n.concurrency_key, n.free, n.key_free,
-           n.last_served_at, NULL::bigint AS ord
+           n.last_served_at, NULL::bigint AS ord, NULL::boolean AS arrival
     FROM lanes n CROSS JOIN LATERAL (
       SELECT j.id, j.ctid AS tid, j.priority FROM :SCHEMA.jobs j
       WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
@@ -531,30 +625,22 @@ BEGIN
     UNION ALL
     -- limited tenants without a per-key limit: the pair's candidates, no row locks either
     SELECT c.id, c.tid, c.priority, n.queue, n.tenant, n.concurrency_key, n.free, NULL,
-           n.last_served_at, c.ord
+           n.last_served_at, c.ord, c.arrival
     FROM lanes n JOIN cands c ON c.queue = n.queue AND c.tenant = n.tenant
     WHERE NOT n.shared AND n.concurrency_key IS NULL
     UNION ALL
-    -- unlimited tenants: claims run in parallel, so lock the candidates (SKIP LOCKED)
-    SELECT p.id, p.tid, p.priority, n.queue, n.tenant, n.concurrency_key, n.free, NULL,
-           n.last_served_at, c.ord
-    FROM lanes n CROSS JOIN LATERAL (
-      SELECT j.id, j.ctid AS tid, j.priority FROM :SCHEMA.jobs j
-      WHERE j.ctid = ANY (ARRAY(SELECT c.tid FROM cands c WHERE c.queue = n.queue AND c.tenant = n.tenant))
-        AND j.state = 'available'
-      ORDER BY j.priority, j.id
-      LIMIT n.free
-      FOR UPDATE OF j SKIP LOCKED
-    ) p
-    JOIN cands c ON c.queue = n.queue AND c.tenant = n.tenant AND c.id = p.id
-    WHERE n.shared
+    -- unlimited tenants: what this claim locked
+    SELECT k.id, k.tid, k.priority, n.queue, n.tenant, n.concurrency_key, n.free, NULL,
+           n.last_served_at, k.ord, k.arrival
+    FROM locked k
+    JOIN lanes n ON n.queue = k.queue AND n.tenant = k.tenant AND n.concurrency_key IS NULL
   ),
   keyed AS (  -- a key's lanes in several queues share its limit
     SELECT p.*, row_number() OVER (PARTITION BY p.tenant, p.concurrency_key ORDER BY p.priority, p.id) AS rk
     FROM picked p
   ),
   ranked AS (
-    SELECT k.id, k.tid, k.queue, k.tenant, k.free, k.last_served_at, k.ord,
+    SELECT k.id, k.tid, k.queue, k.tenant, k.priority, k.free, k.last_served_at, k.ord, k.arrival,
            row_number() OVER (PARTITION BY k.tenant ORDER BY k.priority, k.id) AS rn
     FROM keyed k WHERE k.key_free IS NULL OR k.rk <= k.key_free
   ),
@@ -563,16 +649,32 @@ BEGIN
     ORDER BY r.rn, r.last_served_at, r.tenant
     LIMIT p_limit
   ),
-  -- A pair lane's new mark: its last chosen candidate, if every candidate before it was
-  -- chosen too, and past its mark (a prefix of arrivals alone leaves the mark as it was).
+  -- A pair lane's new mark: the last job chosen from after its old mark, when every job
+  -- available in this snapshot up to it was chosen: all the lane's arrivals before the
+  -- old mark, and all its jobs between the old mark and the new (counted on the index: a
+  -- job skipped because another claim held it breaks the count, and no mark is written).
+  lane_chosen AS (
+    SELECT h.queue, h.tenant, max(h.ord) AS last, count(*) AS n,
+           count(*) FILTER (WHERE h.arrival) AS arrivals
+    FROM chosen h WHERE h.ord IS NOT NULL GROUP BY h.queue, h.tenant
+  ),
   marks AS (
-    SELECT c.queue, c.tenant, c.priority, c.id FROM (
-      SELECT h.queue, h.tenant, max(h.ord) AS last, count(*) AS n
-      FROM chosen h WHERE h.ord IS NOT NULL GROUP BY h.queue, h.tenant
-    ) g
-    JOIN cands c ON c.queue = g.queue AND c.tenant = g.tenant AND c.ord = g.last
+    SELECT h.queue, h.tenant, h.priority, h.id
+    FROM lane_chosen g
+    JOIN chosen h ON h.queue = g.queue AND h.tenant = g.tenant AND h.ord = g.last AND NOT h.arrival
     JOIN lanes n ON n.queue = g.queue AND n.tenant = g.tenant AND n.concurrency_key IS NULL
-    WHERE g.last = g.n AND (c.priority, c.id) > (n.m_priority, n.m_id)
+    WHERE g.last = g.n
+      AND g.arrivals = (
+        SELECT count(*) FROM arr a
+        WHERE a.queue = n.queue AND a.tenant = n.tenant
+          AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
+          AND (a.priority, a.id) <= (n.m_priority, n.m_id)
+          AND (a.expires_at IS NULL OR a.expires_at > now()))
+      AND g.n - g.arrivals = (
+        SELECT count(*) FROM :SCHEMA.jobs j
+        WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
+          AND (j.priority, j.id) > (n.m_priority, n.m_id) AND (j.priority, j.id) <= (h.priority, h.id)
+          AND (j.expires_at IS NULL OR j.expires_at > now()))
   )
   SELECT (SELECT coalesce(array_agg(h.id ORDER BY h.rn, h.last_served_at, h.tenant), '{}') FROM chosen h),
          (SELECT array_agg(h.tid) FROM chosen h),
@@ -592,7 +694,10 @@ BEGIN
     SET state = 'running', attempts = j.attempts + 1, locked_by = p_worker,
         lease_token = nextval(':SCHEMA.lease_tokens'),
         started_at = v_now, lease_until = now() + p_lease_ms * interval '1 millisecond'
-    WHERE j.ctid = ANY (v_tids) AND j.state = 'available'
+    -- IS NOT DISTINCT FROM: the same test (state is never null), but one that no partial
+    -- index on `state = 'available'` matches, so the plan is a TID scan and not a whole
+    -- scan of such an index, dead entries and all
+    WHERE j.ctid = ANY (v_tids) AND j.state IS NOT DISTINCT FROM 'available'
     RETURNING j.*
   ),
   served AS (

@@ -1,0 +1,250 @@
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { useTestDb } from './helpers.js';
+
+// The claim reads each lane from its newest mark on, plus the jobs that arrived since the
+// mark's snapshot (sql/000023_claim_marks.sql). These tests force the interleavings that
+// could make a mark pass a job: a job committed after a later claim's mark, a job made
+// available again behind a mark, a mark renewed by the upkeep, a lane dropped while idle,
+// the arrivals lock held elsewhere, claims in parallel with late commits.
+
+const db = useTestDb(import.meta.url);
+const s = `"${db.schema}"`;
+
+const enqueue = async (queue: string, options: Record<string, unknown> = {}, on: pg.ClientBase | pg.Pool = db.pool) =>
+  (
+    await on.query<{ id: string }>(`SELECT ${s}.enqueue_job('work', 'null', $1) AS id`, [
+      JSON.stringify({ queue, ...options }),
+    ])
+  ).rows[0]?.id as string;
+
+const claim = async (queue: string, limit: number, on: pg.ClientBase | pg.Pool = db.pool, leaseMs = 60_000) =>
+  (
+    await on.query<{ id: string; token: string }>(
+      `SELECT id, lease_token AS token FROM ${s}.claim_jobs(NULL, $1, $2, $3)`,
+      [limit, leaseMs, [queue]],
+    )
+  ).rows;
+
+const finish = (rows: Array<{ id: string; token: string }>, on: pg.ClientBase | pg.Pool = db.pool) =>
+  on.query(`SELECT count(*) FROM ${s}.finish_jobs('succeeded', $1::jsonb)`, [JSON.stringify(rows)]);
+
+/** The newest mark of a lane: its position's id. */
+const markId = async (queue: string, tenant = 'default') =>
+  (
+    await db.rows<{ id: string }>(
+      'SELECT id FROM $schema.lane_marks WHERE queue = $1 AND tenant = $2 ORDER BY seq DESC LIMIT 1',
+      [queue, tenant],
+    )
+  )[0]?.id;
+
+const session = async () => {
+  const c = new pg.Client({ connectionString: db.url });
+  await c.connect();
+  return c;
+};
+
+describe('claims from lane marks', () => {
+  for (const limited of [false, true]) {
+    it(`a job committed after a later claim wrote its mark is still claimed (${limited ? 'a tenant with slots' : 'no limits'}, 5 times)`, async () => {
+      const tenant = limited ? 'slotted' : 'default';
+      if (limited) await db.tusk.tenants.set(tenant, { slots: 50 });
+      const late = await session();
+      try {
+        for (let round = 0; round < 5; round++) {
+          const queue = `late-${limited}-${round}`;
+          await late.query('BEGIN');
+          const first = await enqueue(queue, { tenant }, late); // the lowest id, not yet committed
+          const others = [await enqueue(queue, { tenant }), await enqueue(queue, { tenant })];
+          const got = await claim(queue, 10);
+          expect(got.map((r) => r.id).sort()).toEqual(others.sort());
+          // the mark is past the uncommitted job: only the arrivals rule can find it
+          expect(BigInt((await markId(queue, tenant)) ?? 0)).toBeGreaterThan(BigInt(first));
+          await late.query('COMMIT');
+          const again = await claim(queue, 10);
+          expect(again.map((r) => r.id)).toEqual([first]);
+          await finish([...got, ...again]);
+        }
+      } finally {
+        await late.end();
+      }
+    });
+  }
+
+  for (const passes of ['the same pass', 'a later pass'])
+    it(`a job made available again behind the mark is claimed again, also when the upkeep renews marks (in ${passes})`, async () => {
+      for (let round = 0; round < 3; round++) {
+        const queue = `again-${passes.length}-${round}`;
+        const ids = [await enqueue(queue), await enqueue(queue), await enqueue(queue)];
+        const got = await claim(queue, 3, db.pool, 1); // a lease of 1 ms: the upkeep takes them back
+        expect(got).toHaveLength(3);
+        await finish(got.slice(1)); // the first stays running, its lease runs out
+        expect(await markId(queue)).toBe(ids[2]);
+        await db.rows('SELECT pg_sleep(0.01)');
+        if (passes === 'a later pass') {
+          // requeued by a transaction that commits before the renewing one begins: its
+          // xid is in no later snapshot's xip, so only the old mark's arrivals show it
+          const [first] = await db.rows<{ r: { released: number } }>('SELECT $schema.maintain(0) AS r');
+          expect(first?.r.released).toBe(1);
+        }
+        // every mark looks old: the upkeep renews those it may
+        await db.rows(`UPDATE $schema.lane_marks SET at = at - interval '1 minute'`);
+        await db.rows('SELECT $schema.maintain(0)');
+        const again = await claim(queue, 3);
+        expect(again.map((r) => r.id)).toEqual([ids[0]]);
+        await finish(again);
+      }
+    });
+
+  it('the upkeep renews an idle lane’s mark, and a job that arrives after it is claimed', async () => {
+    const queue = 'renewed';
+    const a = await enqueue(queue);
+    const got = await claim(queue, 1);
+    await finish(got);
+    const before = await db.rows<{ n: string }>(
+      `SELECT count(*) AS n FROM $schema.lane_marks WHERE queue = $1 AND NOT claimed`,
+      [queue],
+    );
+    await db.rows(`UPDATE $schema.lane_marks SET at = at - interval '5 seconds' WHERE queue = $1`, [queue]);
+    await db.rows('SELECT $schema.maintain()');
+    const after = await db.rows<{ n: string }>(
+      `SELECT count(*) AS n FROM $schema.lane_marks WHERE queue = $1 AND NOT claimed`,
+      [queue],
+    );
+    expect(Number(after[0]?.n)).toBe(Number(before[0]?.n) + 1);
+    expect(await markId(queue)).toBe(a);
+    const b = await enqueue(queue);
+    expect((await claim(queue, 5)).map((r) => r.id)).toEqual([b]);
+  });
+
+  it('a lane idle for a minute leaves the active pairs, and comes back with its next job', async () => {
+    const queue = 'idle';
+    await enqueue(queue);
+    await finish(await claim(queue, 1));
+    await db.rows(`UPDATE $schema.lane_marks SET at = at - interval '2 minutes' WHERE queue = $1`, [queue]);
+    await db.rows('SELECT $schema.maintain()');
+    expect(await db.rows('SELECT 1 FROM $schema.active_pairs WHERE queue = $1', [queue])).toEqual([]);
+    const id = await enqueue(queue);
+    expect((await claim(queue, 5)).map((r) => r.id)).toEqual([id]);
+  });
+
+  it('a mark from the future (a database restored into another cluster) is ignored', async () => {
+    const queue = 'restored';
+    await db.rows(
+      `INSERT INTO $schema.lane_marks (queue, tenant, priority, id, snap)
+       VALUES ($1, 'default', 32767, 9223372036854775807, '9000000000000:9000000000000:')`,
+      [queue],
+    );
+    const id = await enqueue(queue);
+    expect((await claim(queue, 5)).map((r) => r.id)).toEqual([id]);
+  });
+
+  it('while another session holds the arrivals lock, a claim still sees a job committed before it', async () => {
+    const holder = await session();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT pg_advisory_xact_lock(${s}.arrivals_lock(), 0)`);
+      const id = await enqueue('locked-out');
+      expect((await claim('locked-out', 5)).map((r) => r.id)).toEqual([id]);
+    } finally {
+      await holder.query('ROLLBACK');
+      await holder.end();
+    }
+  });
+
+  it('a claim that rolls back after a parallel claim skipped its jobs: they are claimed again (3 times)', async () => {
+    for (let round = 0; round < 3; round++) {
+      const queue = `rollback-${round}`;
+      const ids = [];
+      for (let i = 0; i < 4; i++) ids.push(await enqueue(queue));
+      const first = await session();
+      try {
+        await first.query('BEGIN');
+        expect((await claim(queue, 2, first)).map((r) => r.id)).toEqual(ids.slice(0, 2));
+        // this claim skips the two locked jobs: it must not mark the lane past them
+        const second = await claim(queue, 2);
+        expect(second.map((r) => r.id)).toEqual(ids.slice(2));
+        await first.query('ROLLBACK'); // a claim lost with its connection
+        const again = await claim(queue, 5);
+        expect(again.map((r) => r.id)).toEqual(ids.slice(0, 2));
+        await finish([...second, ...again]);
+      } finally {
+        await first.end();
+      }
+    }
+  });
+
+  it('claims in parallel with enqueues that commit late: every job claimed exactly once (3 runs)', async () => {
+    for (let run = 0; run < 3; run++) {
+      const queue = `parallel-${run}`;
+      const claimers = await Promise.all([session(), session(), session()]);
+      const producers = await Promise.all([session(), session()]);
+      const seen = new Map<string, number>();
+      let producing = true;
+      const enqueued: string[] = [];
+      try {
+        // producers hold each enqueue open for a while, so claims write marks past them
+        const produce = producers.map(async (p, k) => {
+          for (let i = 0; i < 15; i++) {
+            await p.query('BEGIN');
+            for (let j = 0; j < 20; j++) enqueued.push(await enqueue(queue, { priority: (i + j + k) % 3 }, p));
+            await p.query('SELECT pg_sleep(0.02)');
+            await p.query('COMMIT');
+          }
+        });
+        const drain = claimers.map(async (c) => {
+          for (;;) {
+            const rows = await claim(queue, 7, c);
+            for (const r of rows) seen.set(r.id, (seen.get(r.id) ?? 0) + 1);
+            if (rows.length) await finish(rows, c);
+            else if (!producing) return;
+            else await c.query('SELECT pg_sleep(0.005)');
+          }
+        });
+        await Promise.all(produce);
+        producing = false;
+        await Promise.all(drain);
+        // the last claims may have ended before the last commit was seen: one more pass
+        for (;;) {
+          const rows = await claim(queue, 100);
+          for (const r of rows) seen.set(r.id, (seen.get(r.id) ?? 0) + 1);
+          if (!rows.length) break;
+          await finish(rows);
+        }
+      } finally {
+        await Promise.all([...claimers, ...producers].map((c) => c.end()));
+      }
+      expect(enqueued).toHaveLength(600);
+      expect([...seen.values()].filter((n) => n !== 1)).toEqual([]);
+      expect([...seen.keys()].sort()).toEqual([...enqueued].sort());
+      expect(await db.rows('SELECT id FROM $schema.jobs WHERE queue = $1', [queue])).toEqual([]);
+    }
+  });
+});
+
+describe('running counts', () => {
+  it('the fold waits for a claim in progress, and the count stays exact across it', async () => {
+    await db.tusk.tenants.set('counted', { slots: 5 });
+    for (let i = 0; i < 3; i++) await enqueue('counted', { tenant: 'counted' });
+    const writer = await session();
+    try {
+      await writer.query('BEGIN');
+      expect(await claim('counted', 2, writer)).toHaveLength(2);
+      // the claim's delta is not committed: the fold must not move past it
+      const [busy] = await db.rows<{ n: number }>('SELECT $schema.fold_running() AS n');
+      expect(busy?.n).toBe(0);
+      await writer.query('COMMIT');
+      const [folded] = await db.rows<{ n: number }>('SELECT $schema.fold_running() AS n');
+      expect(folded?.n).toBeGreaterThanOrEqual(1);
+      const [count] = await db.rows<{ counted: number; real: number }>(
+        `SELECT $schema.running_now('counted', '') AS counted,
+                (SELECT count(*)::int FROM $schema.jobs WHERE tenant = 'counted' AND state = 'running') AS real`,
+      );
+      expect(count).toEqual({ counted: 2, real: 2 });
+      // three of five slots free: the next claim takes the last job
+      expect(await claim('counted', 5)).toHaveLength(1);
+    } finally {
+      await writer.end();
+    }
+  });
+});
