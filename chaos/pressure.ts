@@ -479,7 +479,9 @@ async function relationStates(
             round(sum(pg_relation_size(s.relid)) / 1048576.0, 1)::float8 AS heap_mb,
             round(sum(pg_indexes_size(s.relid)) / 1048576.0, 1)::float8 AS index_mb
      FROM pg_stat_user_tables s WHERE s.schemaname = $1
-       AND (s.relname IN ('jobs', 'tenants', 'workers') OR s.relname LIKE 'job_history%')
+       AND (s.relname IN ('jobs', 'tenants', 'workers', 'active_pairs', 'lane_marks', 'pair_scans',
+                          'tenant_serves', 'running_base', 'running_deltas')
+            OR s.relname LIKE 'job_history%')
      GROUP BY 1 ORDER BY 1`,
     [schema],
   );

@@ -574,18 +574,21 @@ BEGIN
   -- available in this snapshot up to it was chosen: all the lane's arrivals before the
   -- old mark, and all its jobs between the old mark and the new (counted on the index: a
   -- job skipped because another claim held it breaks the count, and no mark is written).
-  lane_chosen AS (
+  lane_chosen AS MATERIALIZED (  -- MATERIALIZED, as the next: the counts below run once a lane
     SELECT h.queue, h.tenant, max(h.ord) AS last, count(*) AS n,
            count(*) FILTER (WHERE h.arrival) AS arrivals
     FROM chosen h WHERE h.ord IS NOT NULL GROUP BY h.queue, h.tenant
   ),
-  marks AS (
-    SELECT h.queue, h.tenant, h.priority, h.id
-    FROM lane_chosen g
+  last_chosen AS MATERIALIZED (
+    SELECT g.*, h.priority, h.id FROM lane_chosen g
     JOIN chosen h ON h.queue = g.queue AND h.tenant = g.tenant AND h.ord = g.last AND NOT h.arrival
-    JOIN lanes n ON n.queue = g.queue AND n.tenant = g.tenant AND n.concurrency_key IS NULL
     WHERE g.last = g.n
-      AND g.arrivals = (
+  ),
+  marks AS (
+    SELECT g.queue, g.tenant, g.priority, g.id
+    FROM last_chosen g
+    JOIN lanes n ON n.queue = g.queue AND n.tenant = g.tenant AND n.concurrency_key IS NULL
+    WHERE g.arrivals = (
         SELECT count(*) FROM arr a
         WHERE a.queue = n.queue AND a.tenant = n.tenant
           AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
@@ -594,7 +597,7 @@ BEGIN
       AND g.n - g.arrivals = (
         SELECT count(*) FROM "tusk".jobs j
         WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
-          AND (j.priority, j.id) > (n.m_priority, n.m_id) AND (j.priority, j.id) <= (h.priority, h.id)
+          AND (j.priority, j.id) > (n.m_priority, n.m_id) AND (j.priority, j.id) <= (g.priority, g.id)
           AND (j.expires_at IS NULL OR j.expires_at > now()))
   )
   SELECT (SELECT coalesce(array_agg(h.id ORDER BY h.rn, h.last_served_at, h.tenant), '{}') FROM chosen h),
@@ -1130,6 +1133,9 @@ CREATE FUNCTION tusk.finish_jobs(p_state tusk.job_state, p_jobs jsonb, p_async_c
     LANGUAGE plpgsql
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     AS $$
 DECLARE
   v_ids bigint[];
@@ -1254,6 +1260,9 @@ END $$;
 
 CREATE FUNCTION tusk.heartbeat(p_worker integer, p_ids bigint[], p_tokens bigint[], p_lease_ms integer) RETURNS TABLE(alive boolean, cancelled bigint[], lost bigint[], lease_left_ms integer)
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     AS $$
 DECLARE
   v_alive boolean;
@@ -1891,6 +1900,9 @@ CREATE FUNCTION tusk.requeue_jobs(p_jobs jsonb, p_async_commit boolean DEFAULT f
     LANGUAGE plpgsql
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     AS $$
 DECLARE
   v_cancelled jsonb;
@@ -1945,6 +1957,9 @@ END $$;
 
 CREATE FUNCTION tusk.requeue_lost(p_ids bigint[], p_dead_workers integer[] DEFAULT '{}'::integer[]) RETURNS TABLE(released integer, dead integer)
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     AS $$
 DECLARE
   v_retry jsonb;
@@ -1981,6 +1996,9 @@ END $$;
 
 CREATE FUNCTION tusk.retry_jobs(p_ids bigint[]) RETURNS TABLE(id bigint)
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     AS $$
 BEGIN
   RETURN QUERY
@@ -2065,6 +2083,9 @@ END $$;
 
 CREATE FUNCTION tusk.set_progress(p_ids bigint[], p_tokens bigint[], p_values jsonb[]) RETURNS integer
     LANGUAGE sql
+    SET enable_seqscan TO 'off'
+    SET enable_hashjoin TO 'off'
+    SET enable_mergejoin TO 'off'
     AS $$
   WITH set AS (
     UPDATE "tusk".jobs j SET progress = x.value
