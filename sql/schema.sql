@@ -1132,10 +1132,7 @@ $$;
 CREATE FUNCTION tusk.finish_jobs(p_state tusk.job_state, p_jobs jsonb, p_async_commit boolean DEFAULT false) RETURNS TABLE(id bigint)
     LANGUAGE plpgsql
     SET jit TO 'off'
-    SET plan_cache_mode TO 'force_generic_plan'
-    SET enable_seqscan TO 'off'
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
 DECLARE
   v_ids bigint[];
@@ -1260,9 +1257,7 @@ END $$;
 
 CREATE FUNCTION tusk.heartbeat(p_worker integer, p_ids bigint[], p_tokens bigint[], p_lease_ms integer) RETURNS TABLE(alive boolean, cancelled bigint[], lost bigint[], lease_left_ms integer)
     LANGUAGE plpgsql
-    SET enable_seqscan TO 'off'
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
 DECLARE
   v_alive boolean;
@@ -1669,6 +1664,7 @@ CREATE FUNCTION tusk.prune_lanes() RETURNS integer
     AS $$
 DECLARE
   v_n integer;
+  w "tusk".lane_prune;
 BEGIN
   PERFORM pg_advisory_xact_lock("tusk".arrivals_lock(), 0);
   -- A fresh snapshot after the lock: an arrival it misses is one the next look sees.
@@ -1707,15 +1703,26 @@ BEGIN
                     WHERE a.queue = s.queue AND a.tenant = s.tenant
                       AND (a.avail_xid >= s.xmax OR a.avail_xid = ANY (s.xip))
                       AND (a.priority, a.id) <= (s.priority, s.id));
+  -- Marks, serves and looks that have a newer one of their own are read no more. Each
+  -- pass deletes them from a little before where the previous one stopped, on the seq key:
+  -- a pass does not read again the rows earlier passes deleted (dead and kept while a
+  -- horizon is pinned). The overlap takes up rows that were not yet committed when the
+  -- previous pass ran; every 100th pass starts from the beginning.
+  UPDATE "tusk".lane_prune SET passes = passes + 1 RETURNING * INTO w;
   DELETE FROM "tusk".lane_marks m
-  WHERE m.at < now() - interval '10 seconds'
+  WHERE m.seq > CASE WHEN w.passes % 100 = 0 THEN 0 ELSE w.marks - 5000 END
     AND EXISTS (SELECT 1 FROM "tusk".lane_marks n
                 WHERE n.queue = m.queue AND n.tenant = m.tenant AND n.seq > m.seq);
   DELETE FROM "tusk".tenant_serves s
-  WHERE s.at < now() - interval '10 seconds'
-    AND EXISTS (SELECT 1 FROM "tusk".tenant_serves n WHERE n.tenant = s.tenant AND n.at > s.at);
+  WHERE s.seq > CASE WHEN w.passes % 100 = 0 THEN 0 ELSE w.serves - 5000 END
+    AND EXISTS (SELECT 1 FROM "tusk".tenant_serves n WHERE n.tenant = s.tenant AND n.seq > s.seq);
   DELETE FROM "tusk".pair_scans s
-  WHERE s.at < now() - interval '10 seconds' AND s.seq < (SELECT max(n.seq) FROM "tusk".pair_scans n);
+  WHERE s.seq > CASE WHEN w.passes % 100 = 0 THEN 0 ELSE w.scans - 5000 END
+    AND s.seq < (SELECT max(n.seq) FROM "tusk".pair_scans n);
+  UPDATE "tusk".lane_prune SET
+    marks = coalesce((SELECT max(m.seq) FROM "tusk".lane_marks m), marks),
+    serves = coalesce((SELECT max(s.seq) FROM "tusk".tenant_serves s), serves),
+    scans = coalesce((SELECT max(s.seq) FROM "tusk".pair_scans s), scans);
   RETURN v_n;
 END $$;
 
@@ -1899,10 +1906,7 @@ END $$;
 CREATE FUNCTION tusk.requeue_jobs(p_jobs jsonb, p_async_commit boolean DEFAULT false) RETURNS TABLE(id bigint)
     LANGUAGE plpgsql
     SET jit TO 'off'
-    SET plan_cache_mode TO 'force_generic_plan'
-    SET enable_seqscan TO 'off'
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
 DECLARE
   v_cancelled jsonb;
@@ -1957,9 +1961,7 @@ END $$;
 
 CREATE FUNCTION tusk.requeue_lost(p_ids bigint[], p_dead_workers integer[] DEFAULT '{}'::integer[]) RETURNS TABLE(released integer, dead integer)
     LANGUAGE plpgsql
-    SET enable_seqscan TO 'off'
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
 DECLARE
   v_retry jsonb;
@@ -1996,9 +1998,7 @@ END $$;
 
 CREATE FUNCTION tusk.retry_jobs(p_ids bigint[]) RETURNS TABLE(id bigint)
     LANGUAGE plpgsql
-    SET enable_seqscan TO 'off'
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
 BEGIN
   RETURN QUERY
@@ -2083,9 +2083,7 @@ END $$;
 
 CREATE FUNCTION tusk.set_progress(p_ids bigint[], p_tokens bigint[], p_values jsonb[]) RETURNS integer
     LANGUAGE sql
-    SET enable_seqscan TO 'off'
-    SET enable_hashjoin TO 'off'
-    SET enable_mergejoin TO 'off'
+    SET plan_cache_mode TO 'force_custom_plan'
     AS $$
   WITH set AS (
     UPDATE "tusk".jobs j SET progress = x.value
@@ -2380,6 +2378,19 @@ ALTER TABLE tusk.lane_marks ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: lane_prune; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.lane_prune (
+    one boolean DEFAULT true NOT NULL,
+    marks bigint DEFAULT 0 NOT NULL,
+    serves bigint DEFAULT 0 NOT NULL,
+    scans bigint DEFAULT 0 NOT NULL,
+    passes bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT lane_prune_one_check CHECK (one)
+);
+
+--
 -- Name: lease_tokens; Type: SEQUENCE; Schema: tusk; Owner: -
 --
 
@@ -2550,8 +2561,22 @@ ALTER TABLE tusk.staged_jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 --
 
 CREATE TABLE tusk.tenant_serves (
+    seq bigint NOT NULL,
     tenant text NOT NULL,
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+--
+-- Name: tenant_serves_seq_seq; Type: SEQUENCE; Schema: tusk; Owner: -
+--
+
+ALTER TABLE tusk.tenant_serves ALTER COLUMN seq ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME tusk.tenant_serves_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 --
@@ -2639,6 +2664,20 @@ ALTER TABLE tusk.jobs
     ADD CONSTRAINT jobs_source_check CHECK ((((source_type IS NULL) AND (source_id IS NULL) AND (source_method IS NULL)) OR (((length(source_type) >= 1) AND (length(source_type) <= 128)) AND ((length(source_id) >= 1) AND (length(source_id) <= 256)) AND COALESCE(((length(source_method) >= 1) AND (length(source_method) <= 128)), true)))) NOT VALID;
 
 --
+-- Name: lane_marks lane_marks_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.lane_marks
+    ADD CONSTRAINT lane_marks_pkey PRIMARY KEY (seq);
+
+--
+-- Name: lane_prune lane_prune_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.lane_prune
+    ADD CONSTRAINT lane_prune_pkey PRIMARY KEY (one);
+
+--
 -- Name: migrations migrations_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
 --
 
@@ -2667,6 +2706,13 @@ ALTER TABLE ONLY tusk.running_base
     ADD CONSTRAINT running_base_pkey PRIMARY KEY (tenant, ckey);
 
 --
+-- Name: running_deltas running_deltas_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.running_deltas
+    ADD CONSTRAINT running_deltas_pkey PRIMARY KEY (seq);
+
+--
 -- Name: running_fold running_fold_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
 --
 
@@ -2693,6 +2739,13 @@ ALTER TABLE ONLY tusk.schedules
 
 ALTER TABLE ONLY tusk.staged_jobs
     ADD CONSTRAINT staged_jobs_pkey PRIMARY KEY (id);
+
+--
+-- Name: tenant_serves tenant_serves_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.tenant_serves
+    ADD CONSTRAINT tenant_serves_pkey PRIMARY KEY (seq);
 
 --
 -- Name: tenants tenants_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -

@@ -128,6 +128,31 @@ describe('claims from lane marks', () => {
     expect((await claim(queue, 5)).map((r) => r.id)).toEqual([id]);
   });
 
+  it('the upkeep deletes the marks, serves and looks behind the newest, and keeps the newest', async () => {
+    const queue = 'pruned';
+    for (let i = 0; i < 5; i++) {
+      await enqueue(queue, { tenant: 'pruned-t' });
+      await finish(await claim(queue, 1));
+    }
+    const newest = await markId(queue, 'pruned-t');
+    expect(
+      Number(
+        (await db.rows<{ n: string }>('SELECT count(*) AS n FROM $schema.lane_marks WHERE queue = $1', [queue]))[0]?.n,
+      ),
+    ).toBe(5);
+    await db.rows('SELECT $schema.maintain()');
+    const left = await db.rows<{ marks: number; serves: number; scans: number }>(
+      `SELECT (SELECT count(*)::int FROM $schema.lane_marks WHERE queue = $1) AS marks,
+              (SELECT count(*)::int FROM $schema.tenant_serves WHERE tenant = 'pruned-t') AS serves,
+              (SELECT count(*)::int FROM $schema.pair_scans) AS scans`,
+      [queue],
+    );
+    expect(left).toEqual([{ marks: 1, serves: 1, scans: 1 }]);
+    expect(await markId(queue, 'pruned-t')).toBe(newest);
+    const id = await enqueue(queue, { tenant: 'pruned-t' });
+    expect((await claim(queue, 5)).map((r) => r.id)).toEqual([id]);
+  });
+
   it('a mark from the future (a database restored into another cluster) is ignored', async () => {
     const queue = 'restored';
     await db.rows(
