@@ -368,7 +368,10 @@ DECLARE
   v_mark_tenants text[];
   v_mark_priorities smallint[];
   v_mark_ids bigint[];
-  v_snap pg_snapshot;
+  v_mark_snaps pg_snapshot[];
+  v_queues text[];
+  v_tenants text[];
+  v_priorities smallint[];
   v_default integer;
   v_space integer := "tusk".tenant_lock_space();
   v_now timestamptz;
@@ -440,8 +443,7 @@ BEGIN
   --    exactly, and the starts left in their rate window (at v_now, read after the locks:
   --    claims of a tenant are serialized by its lock, so their v_now only grows and each
   --    start is counted in the window it falls in), re-check that the shared ones are
-  --    still unlimited, and choose the jobs in round-robin order. The snapshot is kept:
-  --    the marks written below speak of it.
+  --    still unlimited, and choose the jobs in round-robin order.
   v_now := clock_timestamp();
   WITH elig AS MATERIALIZED (  -- MATERIALIZED: computed once, not once per picked row
     SELECT t.tenant, "tusk".served_at(t.tenant) AS last_served_at, t.per_key,
@@ -460,7 +462,7 @@ BEGIN
            CASE WHEN l.concurrency_key IS NULL OR l.concurrency_key = '' OR e.per_key IS NULL THEN NULL
                 ELSE e.per_key - "tusk".running_now(l.tenant, l.concurrency_key) END AS key_free,
            CASE WHEN e.shared THEN 2 * e.free + 16 ELSE e.free END AS reach,
-           m.priority AS m_priority, m.id AS m_id, m.xmax AS m_xmax, m.xip AS m_xip
+           m.priority AS m_priority, m.id AS m_id, m.xmax AS m_xmax, m.xip AS m_xip, m.snap AS m_snap
     FROM unnest(v_lanes) l JOIN elig e ON e.tenant = l.tenant
     CROSS JOIN LATERAL "tusk".lane_mark(l.queue, l.tenant) m
     WHERE e.free > 0
@@ -473,18 +475,17 @@ BEGIN
   -- Limited tenants' pair lanes (their claims are serialized by the tenant's row lock):
   -- the first jobs in lane order, the arrivals before the mark and the jobs after it.
   cands AS MATERIALIZED (
-    SELECT n.queue, n.tenant, x.id, x.tid, x.priority, x.arrival,
-           row_number() OVER (PARTITION BY n.queue, n.tenant ORDER BY x.priority, x.id) AS ord
+    SELECT n.queue, n.tenant, x.id, x.tid, x.priority
     FROM lanes n CROSS JOIN LATERAL (
       SELECT y.* FROM (
-        (SELECT j.id, j.ctid AS tid, j.priority, false AS arrival FROM "tusk".jobs j
+        (SELECT j.id, j.ctid AS tid, j.priority FROM "tusk".jobs j
          WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
            AND (j.priority, j.id) > (n.m_priority, n.m_id)
            AND (j.expires_at IS NULL OR j.expires_at > now())
          ORDER BY j.priority, j.id
          LIMIT n.free)
         UNION ALL
-        SELECT a.id, a.tid, a.priority, true FROM arr a
+        SELECT a.id, a.tid, a.priority FROM arr a
         WHERE a.queue = n.queue AND a.tenant = n.tenant
           AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
           AND (a.priority, a.id) <= (n.m_priority, n.m_id)
@@ -527,13 +528,12 @@ BEGIN
     WHERE n.shared
   ),
   locked AS (
-    SELECT k.*, row_number() OVER (PARTITION BY k.queue, k.tenant ORDER BY k.priority, k.id) AS ord
-    FROM (SELECT e.*, true AS arrival FROM early e UNION ALL SELECT l.*, false FROM late l) k
+    SELECT e.* FROM early e UNION ALL SELECT l.* FROM late l
   ),
   picked AS (
     -- key lanes of limited tenants: no row locks, since no other claim can pick their jobs
     SELECT p.id, p.tid, p.priority, n.queue, n.tenant, n.concurrency_key, n.free, n.key_free,
-           n.last_served_at, NULL::bigint AS ord, NULL::boolean AS arrival
+           n.last_served_at
     FROM lanes n CROSS JOIN LATERAL (
       SELECT j.id, j.ctid AS tid, j.priority FROM "tusk".jobs j
       WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
@@ -546,13 +546,13 @@ BEGIN
     UNION ALL
     -- limited tenants without a per-key limit: the pair's candidates, no row locks either
     SELECT c.id, c.tid, c.priority, n.queue, n.tenant, n.concurrency_key, n.free, NULL,
-           n.last_served_at, c.ord, c.arrival
+           n.last_served_at
     FROM lanes n JOIN cands c ON c.queue = n.queue AND c.tenant = n.tenant
     WHERE NOT n.shared AND n.concurrency_key IS NULL
     UNION ALL
     -- unlimited tenants: what this claim locked
     SELECT k.id, k.tid, k.priority, n.queue, n.tenant, n.concurrency_key, n.free, NULL,
-           n.last_served_at, k.ord, k.arrival
+           n.last_served_at
     FROM locked k
     JOIN lanes n ON n.queue = k.queue AND n.tenant = k.tenant AND n.concurrency_key IS NULL
   ),
@@ -561,7 +561,7 @@ BEGIN
     FROM picked p
   ),
   ranked AS (
-    SELECT k.id, k.tid, k.queue, k.tenant, k.priority, k.free, k.last_served_at, k.ord, k.arrival,
+    SELECT k.id, k.tid, k.queue, k.tenant, k.priority, k.free, k.last_served_at,
            row_number() OVER (PARTITION BY k.tenant ORDER BY k.priority, k.id) AS rn
     FROM keyed k WHERE k.key_free IS NULL OR k.rk <= k.key_free
   ),
@@ -569,49 +569,29 @@ BEGIN
     SELECT r.* FROM ranked r WHERE r.rn <= r.free
     ORDER BY r.rn, r.last_served_at, r.tenant
     LIMIT p_limit
-  ),
-  -- A pair lane's new mark: the last job chosen from after its old mark, when every job
-  -- available in this snapshot up to it was chosen: all the lane's arrivals before the
-  -- old mark, and all its jobs between the old mark and the new (counted on the index: a
-  -- job skipped because another claim held it breaks the count, and no mark is written).
-  lane_chosen AS MATERIALIZED (  -- MATERIALIZED, as the next: the counts below run once a lane
-    SELECT h.queue, h.tenant, max(h.ord) AS last, count(*) AS n,
-           count(*) FILTER (WHERE h.arrival) AS arrivals
-    FROM chosen h WHERE h.ord IS NOT NULL GROUP BY h.queue, h.tenant
-  ),
-  last_chosen AS MATERIALIZED (
-    SELECT g.*, h.priority, h.id FROM lane_chosen g
-    JOIN chosen h ON h.queue = g.queue AND h.tenant = g.tenant AND h.ord = g.last AND NOT h.arrival
-    WHERE g.last = g.n
-  ),
-  marks AS (
-    SELECT g.queue, g.tenant, g.priority, g.id
-    FROM last_chosen g
-    JOIN lanes n ON n.queue = g.queue AND n.tenant = g.tenant AND n.concurrency_key IS NULL
-    WHERE g.arrivals = (
-        SELECT count(*) FROM arr a
-        WHERE a.queue = n.queue AND a.tenant = n.tenant
-          AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
-          AND (a.priority, a.id) <= (n.m_priority, n.m_id)
-          AND (a.expires_at IS NULL OR a.expires_at > now()))
-      AND g.n - g.arrivals = (
-        SELECT count(*) FROM "tusk".jobs j
-        WHERE j.state = 'available' AND j.queue = n.queue AND j.tenant = n.tenant
-          AND (j.priority, j.id) > (n.m_priority, n.m_id) AND (j.priority, j.id) <= (g.priority, g.id)
-          AND (j.expires_at IS NULL OR j.expires_at > now()))
   )
   SELECT (SELECT coalesce(array_agg(h.id ORDER BY h.rn, h.last_served_at, h.tenant), '{}') FROM chosen h),
          (SELECT array_agg(h.tid) FROM chosen h),
-         (SELECT array_agg(m.queue) FROM marks m), (SELECT array_agg(m.tenant) FROM marks m),
-         (SELECT array_agg(m.priority) FROM marks m), (SELECT array_agg(m.id) FROM marks m),
-         pg_current_snapshot()
-  INTO v_ids, v_tids, v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_snap;
+         (SELECT array_agg(h.queue) FROM chosen h), (SELECT array_agg(h.tenant) FROM chosen h),
+         (SELECT array_agg(h.priority) FROM chosen h),
+         -- the old marks of the pair lanes chosen from, for the new marks below
+         (SELECT array_agg(n.queue) FROM lanes n WHERE n.concurrency_key IS NULL
+            AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant)),
+         (SELECT array_agg(n.tenant) FROM lanes n WHERE n.concurrency_key IS NULL
+            AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant)),
+         (SELECT array_agg(n.m_priority) FROM lanes n WHERE n.concurrency_key IS NULL
+            AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant)),
+         (SELECT array_agg(n.m_id) FROM lanes n WHERE n.concurrency_key IS NULL
+            AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant)),
+         (SELECT array_agg(n.m_snap) FROM lanes n WHERE n.concurrency_key IS NULL
+            AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant))
+  INTO v_ids, v_tids, v_queues, v_tenants, v_priorities,
+       v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps;
   IF cardinality(v_ids) = 0 THEN RETURN; END IF;
 
   -- 3. Claim them, by tuple id (no index lookups). A job changed meanwhile (cancelled,
-  --    expired) has moved or is no longer available, and is left out — and then no mark
-  --    is written, since it might pass such a job. A rate-limited tenant's row is locked
-  --    by this claim, so its starts are always counted.
+  --    expired) has moved or is no longer available, and is left out. A rate-limited
+  --    tenant's row is locked by this claim, so its starts are always counted.
   RETURN QUERY
   WITH claimed AS (
     UPDATE "tusk".jobs j
@@ -633,15 +613,40 @@ BEGIN
       rate_used = n.n + t.rate_limit - "tusk".rate_left(t, v_now)
     FROM (SELECT c.tenant, count(*)::integer AS n FROM claimed c GROUP BY c.tenant) n
     WHERE t.tenant = n.tenant AND t.rate_limit IS NOT NULL
-  ),
-  marked AS (
-    INSERT INTO "tusk".lane_marks (queue, tenant, priority, id, snap)
-    SELECT m.queue, m.tenant, m.priority, m.id, v_snap
-    FROM unnest(v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids) AS m(queue, tenant, priority, id)
-    WHERE (SELECT count(*) FROM claimed) = cardinality(v_ids)
   )
   SELECT c.* FROM claimed c JOIN unnest(v_ids) WITH ORDINALITY AS o(id, ord) ON o.id = c.id
   ORDER BY o.ord;
+
+  -- 4. The lanes' new marks, under a snapshot that sees this claim's own updates: a mark
+  --    is valid when no job available in its snapshot sits at or before its position.
+  --    Before the old mark, only arrivals since the old mark's snapshot can (none must be
+  --    left); after it, the mark goes to the furthest job this claim took before the
+  --    first job still available there — one a parallel claim holds (it may yet roll
+  --    back), one committed late, or the next in line.
+  INSERT INTO "tusk".lane_marks (queue, tenant, priority, id, snap)
+  SELECT l.queue, l.tenant, p.priority, p.id, pg_current_snapshot()
+  FROM unnest(v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps)
+       AS l(queue, tenant, priority, id, snap)
+  LEFT JOIN LATERAL (
+    SELECT j.priority, j.id FROM "tusk".jobs j
+    WHERE j.state = 'available' AND j.queue = l.queue AND j.tenant = l.tenant
+      AND (j.priority, j.id) > (l.priority, l.id) AND (j.expires_at IS NULL OR j.expires_at > now())
+    ORDER BY j.priority, j.id
+    LIMIT 1
+  ) f ON true
+  CROSS JOIN LATERAL (
+    SELECT c.priority, c.id FROM unnest(v_ids, v_queues, v_tenants, v_priorities) AS c(id, queue, tenant, priority)
+    WHERE c.queue = l.queue AND c.tenant = l.tenant AND (c.priority, c.id) > (l.priority, l.id)
+      AND (f.id IS NULL OR (c.priority, c.id) < (f.priority, f.id))
+    ORDER BY c.priority DESC, c.id DESC
+    LIMIT 1
+  ) p
+  WHERE NOT EXISTS (
+    -- OFFSET 0: read on jobs_arrivals, not from the lane's front
+    SELECT 1 FROM (SELECT * FROM "tusk".arrivals_since(
+                     pg_snapshot_xmax(l.snap), ARRAY(SELECT pg_snapshot_xip(l.snap))) OFFSET 0) a
+    WHERE a.queue = l.queue AND a.tenant = l.tenant AND (a.priority, a.id) <= (l.priority, l.id)
+      AND (a.expires_at IS NULL OR a.expires_at > now()));
 END $$;
 
 --
@@ -1319,11 +1324,11 @@ $$;
 -- Name: lane_mark(text, text); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
-CREATE FUNCTION tusk.lane_mark(p_queue text, p_tenant text, OUT priority smallint, OUT id bigint, OUT xmax xid8, OUT xip xid8[], OUT at timestamp with time zone) RETURNS record
+CREATE FUNCTION tusk.lane_mark(p_queue text, p_tenant text, OUT priority smallint, OUT id bigint, OUT xmax xid8, OUT xip xid8[], OUT at timestamp with time zone, OUT snap pg_snapshot) RETURNS record
     LANGUAGE sql STABLE
     AS $$
   SELECT coalesce(m.priority, -32768), coalesce(m.id, 0), pg_snapshot_xmax(m.snap),
-         coalesce(ARRAY(SELECT pg_snapshot_xip(m.snap)), '{}'), m.at
+         coalesce(ARRAY(SELECT pg_snapshot_xip(m.snap)), '{}'), m.at, m.snap
   FROM (SELECT) one LEFT JOIN LATERAL (
     SELECT m.priority, m.id, m.snap, m.at FROM "tusk".lane_marks m
     WHERE m.queue = p_queue AND m.tenant = p_tenant ORDER BY m.seq DESC LIMIT 1

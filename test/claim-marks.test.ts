@@ -199,6 +199,50 @@ describe('claims from lane marks', () => {
     }
   });
 
+  it('a claim that skipped a locked job marks the lane up to the job before it, and the job is claimed later', async () => {
+    const queue = 'partial';
+    const ids = [];
+    for (let i = 0; i < 4; i++) ids.push(await enqueue(queue));
+    const holder = await session();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT id FROM ${s}.jobs WHERE id = $1 FOR UPDATE`, [ids[2]]);
+      const got = await claim(queue, 5);
+      expect(got.map((r) => r.id)).toEqual([ids[0], ids[1], ids[3]]);
+      expect(await markId(queue)).toBe(ids[1]);
+      await holder.query('ROLLBACK');
+      const again = await claim(queue, 5);
+      expect(again.map((r) => r.id)).toEqual([ids[2]]);
+      await finish([...got, ...again]);
+    } finally {
+      await holder.end();
+    }
+  });
+
+  it('a job made available again behind the mark and held elsewhere keeps the mark where it was, and is claimed later', async () => {
+    const queue = 'held-arrival';
+    const ids = [];
+    for (let i = 0; i < 4; i++) ids.push(await enqueue(queue));
+    const got = await claim(queue, 2, db.pool, 1);
+    await finish(got.slice(1));
+    await db.rows('SELECT pg_sleep(0.01)');
+    await db.rows('SELECT $schema.maintain(0)'); // the first job's lease ran out: available again, behind the mark
+    const holder = await session();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT id FROM ${s}.jobs WHERE id = $1 FOR UPDATE`, [ids[0]]);
+      const rest = await claim(queue, 5);
+      expect(rest.map((r) => r.id)).toEqual([ids[2], ids[3]]);
+      expect(await markId(queue)).toBe(ids[1]);
+      await holder.query('ROLLBACK');
+      const again = await claim(queue, 5);
+      expect(again.map((r) => r.id)).toEqual([ids[0]]);
+      await finish([...rest, ...again]);
+    } finally {
+      await holder.end();
+    }
+  });
+
   it('claims in parallel with enqueues that commit late: every job claimed exactly once (3 runs)', async () => {
     for (let run = 0; run < 3; run++) {
       const queue = `parallel-${run}`;
