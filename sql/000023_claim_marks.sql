@@ -411,6 +411,24 @@ ALTER FUNCTION :SCHEMA.requeue_lost(bigint[], integer[]) SET plan_cache_mode = f
 ALTER FUNCTION :SCHEMA.retry_jobs(bigint[]) SET plan_cache_mode = force_custom_plan;
 ALTER FUNCTION :SCHEMA.set_progress(bigint[], bigint[], jsonb[]) SET plan_cache_mode = force_custom_plan;
 
+-- 6. The same for the claim's own reads. Each of them reads an index range that starts
+-- among live entries; but a plan made from statistics can prefer a sequential scan (an
+-- EXISTS over a lane with a backlog "finds a row at once"; a small table of marks), and
+-- under a pinned horizon the heap's first pages hold nothing but dead rows — measured in
+-- the pressure run's pinned phase: pairs_with_work 0.8–1.7 s a call, on a seq scan of
+-- `jobs` that read 82 000 pages. No sequential scan of `jobs` or of the lane tables is
+-- ever the right plan here: the planner is told so.
+ALTER FUNCTION :SCHEMA.lane_mark(text, text) SET enable_seqscan = off;
+ALTER FUNCTION :SCHEMA.arrivals_since(xid8, xid8[]) SET enable_seqscan = off;
+ALTER FUNCTION :SCHEMA.arrived_pairs() SET enable_seqscan = off;
+ALTER FUNCTION :SCHEMA.take_up_arrivals() SET enable_seqscan = off;
+ALTER FUNCTION :SCHEMA.pairs_with_work(:SCHEMA.lane[]) SET enable_seqscan = off;
+ALTER FUNCTION :SCHEMA.ready_pairs(text[], text) SET enable_seqscan = off;
+ALTER FUNCTION :SCHEMA.served_at(text) SET enable_seqscan = off;
+ALTER FUNCTION :SCHEMA.running_now(text, text) SET enable_seqscan = off;
+ALTER FUNCTION :SCHEMA.prune_lanes() SET enable_seqscan = off;
+ALTER FUNCTION :SCHEMA.claim_jobs(integer, integer, integer, text[], text, integer, boolean) SET enable_seqscan = off;
+
 -- As in 000013, with the fold and the pruning as steps of their own.
 CREATE OR REPLACE FUNCTION :SCHEMA.maintain(p_grace_ms integer DEFAULT 10000)
 RETURNS jsonb LANGUAGE plpgsql AS $$

@@ -252,6 +252,7 @@ CREATE FUNCTION tusk.arrivals_lock() RETURNS integer
 
 CREATE FUNCTION tusk.arrivals_since(p_xmax xid8, p_xip xid8[]) RETURNS TABLE(id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8, expires_at timestamp with time zone)
     LANGUAGE sql STABLE
+    SET enable_seqscan TO 'off'
     AS $$
   SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
   WHERE j.state = 'available' AND j.avail_xid IS NOT NULL
@@ -264,6 +265,7 @@ $$;
 
 CREATE FUNCTION tusk.arrived_pairs() RETURNS TABLE(queue text, tenant text)
     LANGUAGE sql STABLE
+    SET enable_seqscan TO 'off'
     AS $$
   SELECT DISTINCT a.queue, a.tenant
   FROM (SELECT s.snap FROM "tusk".pair_scans s ORDER BY s.seq DESC LIMIT 1) prev
@@ -1326,6 +1328,7 @@ $$;
 
 CREATE FUNCTION tusk.lane_mark(p_queue text, p_tenant text, OUT priority smallint, OUT id bigint, OUT xmax xid8, OUT xip xid8[], OUT at timestamp with time zone, OUT snap pg_snapshot) RETURNS record
     LANGUAGE sql STABLE
+    SET enable_seqscan TO 'off'
     AS $$
   SELECT coalesce(m.priority, -32768), coalesce(m.id, 0), pg_snapshot_xmax(m.snap),
          coalesce(ARRAY(SELECT pg_snapshot_xip(m.snap)), '{}'), m.at, m.snap
@@ -1513,6 +1516,7 @@ END $$;
 
 CREATE FUNCTION tusk.pairs_with_work(p_pairs tusk.lane[]) RETURNS tusk.lane[]
     LANGUAGE sql STABLE
+    SET enable_seqscan TO 'off'
     AS $$
   WITH pairs AS MATERIALIZED (
     SELECT p.queue, p.tenant, m.priority, m.id, m.xmax, m.xip
@@ -1666,6 +1670,7 @@ END $_$;
 
 CREATE FUNCTION tusk.prune_lanes() RETURNS integer
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
   v_n integer;
@@ -1809,6 +1814,7 @@ $$;
 
 CREATE FUNCTION tusk.ready_pairs(p_queues text[], p_tenant text) RETURNS tusk.lane[]
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
   v_took boolean := pg_try_advisory_xact_lock("tusk".arrivals_lock(), 0);
@@ -2050,6 +2056,7 @@ CREATE FUNCTION tusk.running_lock() RETURNS integer
 
 CREATE FUNCTION tusk.running_now(p_tenant text, p_key text) RETURNS integer
     LANGUAGE sql STABLE
+    SET enable_seqscan TO 'off'
     AS $$
   SELECT coalesce((SELECT b.n FROM "tusk".running_base b WHERE b.tenant = p_tenant AND b.ckey = p_key), 0)
        + coalesce((SELECT sum(d.n)::integer FROM "tusk".running_deltas d
@@ -2063,6 +2070,7 @@ $$;
 
 CREATE FUNCTION tusk.served_at(p_tenant text) RETURNS timestamp with time zone
     LANGUAGE sql STABLE
+    SET enable_seqscan TO 'off'
     AS $$
   SELECT coalesce(
     (SELECT s.at FROM "tusk".tenant_serves s WHERE s.tenant = p_tenant ORDER BY s.at DESC LIMIT 1),
@@ -2155,6 +2163,7 @@ END $$;
 
 CREATE FUNCTION tusk.take_up_arrivals() RETURNS void
     LANGUAGE sql
+    SET enable_seqscan TO 'off'
     AS $$
   WITH added AS (
     INSERT INTO "tusk".active_pairs (queue, tenant)
