@@ -8,22 +8,23 @@
 -- whose running jobs were counted on an index of the same kind, 114 ms.
 --
 -- The rule now: no statement of the claim reads an index range that the claim itself
--- keeps killing. Four pieces, each append-only on the hot path:
+-- keeps killing. Four pieces, each append-only on the hot path, and plans told so (5, 6):
 --
--- 1. Lane marks. After a claim took the first jobs of a (queue, tenant) lane, in
---    (priority, id) order, it appends a mark: the position of the last one, and the
---    snapshot it read them under. Every job of the lane that was available in that
---    snapshot at or before the position is gone (claimed by it, or no longer available).
+-- 1. Lane marks. After a claim took jobs of a (queue, tenant) lane, in (priority, id)
+--    order, it appends a mark: a position, and a snapshot in which no job of the lane at
+--    or before the position is available (taken after its own update, so that the jobs
+--    it claimed count as gone).
 --    The next claim reads the lane from the position on, so its index scan starts among
 --    live entries, plus the "arrivals": jobs made available by a transaction the mark's
 --    snapshot did not see (jobs.avail_xid, written at insert and by a trigger whenever a
 --    job becomes available again), which may sit before the position (a job committed
 --    late, a retry, a promoted delayed job). Those are found by avail_xid, not by position:
 --    `avail_xid >= xmax(snapshot) OR avail_xid IN xip(snapshot)`, as PgQ reads events
---    between ticks, in one read for all the lanes of a claim. A mark is only written when
---    every job available in the claim's snapshot up to the new position was claimed by it
---    (counted, for lanes claimed in parallel), so a job skipped — locked by a parallel
---    claim that may yet roll back, dropped by a cancel — is never passed. Marks are read
+--    between ticks, in one read for all the lanes of a claim. The new position is the
+--    furthest job the claim took before the first job still available after the old one,
+--    so a job skipped — locked by a parallel claim that may yet roll back, committed
+--    late — is never passed; and no mark is written while an arrival before the old
+--    position is still available. Marks are read
 --    newest first; older ones go in the upkeep, behind the newest, where no read goes.
 --    The upkeep also renews a lane's mark that is over a second old (same position, its
 --    own snapshot) when nothing arrived at or before the position since, so that no idle
@@ -48,8 +49,9 @@
 --
 -- What still walks dead entries under a pinned horizon: the key lanes of tenants with a
 -- per-key limit (found and read as before, at most config.key_lanes keys a claim), the
--- rate-limited tenants' rows (their window is counted in the row), and the upkeep's
--- search for running jobs whose lease ran out (every pass, off the claim path).
+-- rate-limited tenants' rows (their window is counted in the row), the upkeep's search
+-- for running jobs whose lease ran out (every pass, off the claim path), and the arrivals
+-- read (the jobs enqueued since the oldest mark a claim holds, about a second's worth).
 
 -- 1. Lane marks
 ALTER TABLE :SCHEMA.jobs ADD COLUMN avail_xid xid8 NOT NULL DEFAULT pg_current_xact_id();
@@ -411,23 +413,16 @@ ALTER FUNCTION :SCHEMA.requeue_lost(bigint[], integer[]) SET plan_cache_mode = f
 ALTER FUNCTION :SCHEMA.retry_jobs(bigint[]) SET plan_cache_mode = force_custom_plan;
 ALTER FUNCTION :SCHEMA.set_progress(bigint[], bigint[], jsonb[]) SET plan_cache_mode = force_custom_plan;
 
--- 6. The same for the claim's own reads. Each of them reads an index range that starts
--- among live entries; but a plan made from statistics can prefer a sequential scan (an
--- EXISTS over a lane with a backlog "finds a row at once"; a small table of marks), and
--- under a pinned horizon the heap's first pages hold nothing but dead rows — measured in
--- the pressure run's pinned phase: pairs_with_work 0.8–1.7 s a call, on a seq scan of
--- `jobs` that read 82 000 pages. No sequential scan of `jobs` or of the lane tables is
--- ever the right plan here: the planner is told so.
+-- 6. The same for two of the claim's helpers. Each reads an index range that starts among
+-- live entries; but a plan made from statistics can prefer a sequential scan (an EXISTS
+-- over a lane with a backlog "finds a row at once"; a small table of marks), and under a
+-- pinned horizon the heap's first pages hold nothing but dead rows — measured in the
+-- pressure run's pinned phase: pairs_with_work 0.8–1.7 s a call, on a seq scan of `jobs`
+-- that read 82 000 pages; lane_mark 6 ms on a seq scan of lane_marks. (Not on the small
+-- helpers that PostgreSQL inlines into the claim: a SET clause stops the inlining, and
+-- planning them on every call cost more than it saved.)
 ALTER FUNCTION :SCHEMA.lane_mark(text, text) SET enable_seqscan = off;
-ALTER FUNCTION :SCHEMA.arrivals_since(xid8, xid8[]) SET enable_seqscan = off;
-ALTER FUNCTION :SCHEMA.arrived_pairs() SET enable_seqscan = off;
-ALTER FUNCTION :SCHEMA.take_up_arrivals() SET enable_seqscan = off;
 ALTER FUNCTION :SCHEMA.pairs_with_work(:SCHEMA.lane[]) SET enable_seqscan = off;
-ALTER FUNCTION :SCHEMA.ready_pairs(text[], text) SET enable_seqscan = off;
-ALTER FUNCTION :SCHEMA.served_at(text) SET enable_seqscan = off;
-ALTER FUNCTION :SCHEMA.running_now(text, text) SET enable_seqscan = off;
-ALTER FUNCTION :SCHEMA.prune_lanes() SET enable_seqscan = off;
-ALTER FUNCTION :SCHEMA.claim_jobs(integer, integer, integer, text[], text, integer, boolean) SET enable_seqscan = off;
 
 -- As in 000013, with the fold and the pruning as steps of their own.
 CREATE OR REPLACE FUNCTION :SCHEMA.maintain(p_grace_ms integer DEFAULT 10000)

@@ -252,7 +252,6 @@ CREATE FUNCTION tusk.arrivals_lock() RETURNS integer
 
 CREATE FUNCTION tusk.arrivals_since(p_xmax xid8, p_xip xid8[]) RETURNS TABLE(id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8, expires_at timestamp with time zone)
     LANGUAGE sql STABLE
-    SET enable_seqscan TO 'off'
     AS $$
   SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
   WHERE j.state = 'available' AND j.avail_xid IS NOT NULL
@@ -265,7 +264,6 @@ $$;
 
 CREATE FUNCTION tusk.arrived_pairs() RETURNS TABLE(queue text, tenant text)
     LANGUAGE sql STABLE
-    SET enable_seqscan TO 'off'
     AS $$
   SELECT DISTINCT a.queue, a.tenant
   FROM (SELECT s.snap FROM "tusk".pair_scans s ORDER BY s.seq DESC LIMIT 1) prev
@@ -1670,7 +1668,6 @@ END $_$;
 
 CREATE FUNCTION tusk.prune_lanes() RETURNS integer
     LANGUAGE plpgsql
-    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
   v_n integer;
@@ -1814,7 +1811,6 @@ $$;
 
 CREATE FUNCTION tusk.ready_pairs(p_queues text[], p_tenant text) RETURNS tusk.lane[]
     LANGUAGE plpgsql
-    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
   v_took boolean := pg_try_advisory_xact_lock("tusk".arrivals_lock(), 0);
@@ -2056,7 +2052,6 @@ CREATE FUNCTION tusk.running_lock() RETURNS integer
 
 CREATE FUNCTION tusk.running_now(p_tenant text, p_key text) RETURNS integer
     LANGUAGE sql STABLE
-    SET enable_seqscan TO 'off'
     AS $$
   SELECT coalesce((SELECT b.n FROM "tusk".running_base b WHERE b.tenant = p_tenant AND b.ckey = p_key), 0)
        + coalesce((SELECT sum(d.n)::integer FROM "tusk".running_deltas d
@@ -2070,7 +2065,6 @@ $$;
 
 CREATE FUNCTION tusk.served_at(p_tenant text) RETURNS timestamp with time zone
     LANGUAGE sql STABLE
-    SET enable_seqscan TO 'off'
     AS $$
   SELECT coalesce(
     (SELECT s.at FROM "tusk".tenant_serves s WHERE s.tenant = p_tenant ORDER BY s.at DESC LIMIT 1),
@@ -2163,7 +2157,6 @@ END $$;
 
 CREATE FUNCTION tusk.take_up_arrivals() RETURNS void
     LANGUAGE sql
-    SET enable_seqscan TO 'off'
     AS $$
   WITH added AS (
     INSERT INTO "tusk".active_pairs (queue, tenant)
