@@ -252,10 +252,15 @@ CREATE FUNCTION tusk.arrivals_lock() RETURNS integer
 
 CREATE FUNCTION tusk.arrivals_since(p_xmax xid8, p_xip xid8[]) RETURNS TABLE(id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8, expires_at timestamp with time zone)
     LANGUAGE sql STABLE
+    SET enable_seqscan TO 'off'
     AS $$
+  -- two ranges, not an OR: each is an index condition whatever the estimates
   SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
-  WHERE j.state = 'available' AND j.avail_xid IS NOT NULL
-    AND (j.avail_xid >= p_xmax OR j.avail_xid = ANY (p_xip))
+  WHERE j.state = 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid >= p_xmax
+  UNION ALL
+  SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
+  WHERE j.state = 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid = ANY (p_xip)
+    AND (p_xmax IS NULL OR j.avail_xid < p_xmax)
 $$;
 
 --
