@@ -104,9 +104,10 @@ CREATE FUNCTION :SCHEMA.lane_mark(
 $$;
 
 -- The jobs made available by a transaction a snapshot did not see, in every lane: read
--- on jobs_arrivals alone (callers materialize it, so no condition on the lane is pushed
--- in and no plan reads a lane from its dead front instead). Readers pass the oldest xmax
--- and all the xips of the marks they hold and filter per mark.
+-- on jobs_arrivals alone (its SET clause, section 6, keeps it from being inlined, so no
+-- condition on the lane is pushed in and no plan reads a lane from its dead front
+-- instead). Readers pass the oldest xmax and all the xips of the marks they hold and
+-- filter per mark.
 CREATE FUNCTION :SCHEMA.arrivals_since(p_xmax xid8, p_xip xid8[])
 RETURNS TABLE (id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8,
                expires_at timestamptz)
@@ -600,7 +601,6 @@ BEGIN
     SELECT l.queue, l.tenant, l.concurrency_key, e.free, e.last_served_at, e.shared,
            CASE WHEN l.concurrency_key IS NULL OR l.concurrency_key = '' OR e.per_key IS NULL THEN NULL
                 ELSE e.per_key - :SCHEMA.running_now(l.tenant, l.concurrency_key) END AS key_free,
-           CASE WHEN e.shared THEN 2 * e.free + 16 ELSE e.free END AS reach,
            m.priority AS m_priority, m.id AS m_id, m.xmax AS m_xmax, m.xip AS m_xip, m.snap AS m_snap
     FROM unnest(v_lanes) l JOIN elig e ON e.tenant = l.tenant
     CROSS JOIN LATERAL :SCHEMA.lane_mark(l.queue, l.tenant) m
@@ -709,21 +709,21 @@ BEGIN
     ORDER BY r.rn, r.last_served_at, r.tenant
     LIMIT p_limit
   )
-  SELECT (SELECT coalesce(array_agg(h.id ORDER BY h.rn, h.last_served_at, h.tenant), '{}') FROM chosen h),
-         (SELECT array_agg(h.tid) FROM chosen h),
-         (SELECT array_agg(h.queue) FROM chosen h), (SELECT array_agg(h.tenant) FROM chosen h),
-         (SELECT array_agg(h.priority) FROM chosen h),
-         -- the old marks of the pair lanes chosen from, for the new marks below
-         (SELECT array_agg(n.queue) FROM lanes n WHERE n.concurrency_key IS NULL
-            AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant)),
-         (SELECT array_agg(n.tenant) FROM lanes n WHERE n.concurrency_key IS NULL
-            AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant)),
-         (SELECT array_agg(n.m_priority) FROM lanes n WHERE n.concurrency_key IS NULL
-            AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant)),
-         (SELECT array_agg(n.m_id) FROM lanes n WHERE n.concurrency_key IS NULL
-            AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant)),
-         (SELECT array_agg(n.m_snap) FROM lanes n WHERE n.concurrency_key IS NULL
-            AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant))
+  -- the chosen jobs, each array in the same order (step 4 zips them), and the old marks
+  -- of the pair lanes chosen from, for the new marks of step 4
+  SELECT c.ids, c.tids, c.queues, c.tenants, c.priorities,
+         m.queues, m.tenants, m.priorities, m.ids, m.snaps
+  FROM (SELECT coalesce(array_agg(h.id ORDER BY h.rn, h.last_served_at, h.tenant), '{}') AS ids,
+               array_agg(h.tid ORDER BY h.rn, h.last_served_at, h.tenant) AS tids,
+               array_agg(h.queue ORDER BY h.rn, h.last_served_at, h.tenant) AS queues,
+               array_agg(h.tenant ORDER BY h.rn, h.last_served_at, h.tenant) AS tenants,
+               array_agg(h.priority ORDER BY h.rn, h.last_served_at, h.tenant) AS priorities
+        FROM chosen h) c,
+       (SELECT array_agg(n.queue) AS queues, array_agg(n.tenant) AS tenants,
+               array_agg(n.m_priority) AS priorities, array_agg(n.m_id) AS ids, array_agg(n.m_snap) AS snaps
+        FROM lanes n
+        WHERE n.concurrency_key IS NULL
+          AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant)) m
   INTO v_ids, v_tids, v_queues, v_tenants, v_priorities,
        v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps;
   IF cardinality(v_ids) = 0 THEN RETURN; END IF;
@@ -781,9 +781,7 @@ BEGIN
     LIMIT 1
   ) p
   WHERE NOT EXISTS (
-    -- OFFSET 0: read on jobs_arrivals, not from the lane's front
-    SELECT 1 FROM (SELECT * FROM :SCHEMA.arrivals_since(
-                     pg_snapshot_xmax(l.snap), ARRAY(SELECT pg_snapshot_xip(l.snap))) OFFSET 0) a
+    SELECT 1 FROM :SCHEMA.arrivals_since(pg_snapshot_xmax(l.snap), ARRAY(SELECT pg_snapshot_xip(l.snap))) a
     WHERE a.queue = l.queue AND a.tenant = l.tenant AND (a.priority, a.id) <= (l.priority, l.id)
       AND (a.expires_at IS NULL OR a.expires_at > now()));
 END $$;
