@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
 import { checkConnectionString } from '../db/url.js';
-import { isConnectionError, TuskValidationError } from '../errors.js';
+import { TuskValidationError } from '../errors.js';
 import { Tusk } from '../tusk.js';
-import { databaseErrorLine, type UrlSource } from './errors.js';
+import type { UrlSource } from './errors.js';
 
 /** Options every command takes. */
 export interface GlobalOptions {
@@ -51,81 +51,6 @@ export function intOption(name: string, min = 0, max?: number) {
     }
     return n;
   };
-}
-
-/**
- * Waits for SIGINT or SIGTERM, then runs `stop` (a graceful stop of `what`); a second
- * signal exits at once. Resolves when `stop` is done (its failure sets the exit code).
- */
-export function runUntilSignal(what: string, stop: () => Promise<void>): Promise<void> {
-  return new Promise<void>((done) => {
-    let stopping = false;
-    const onSignal = (signal: string) => {
-      if (stopping) {
-        console.error(`tusk: ${signal} again, exiting now`);
-        process.exit(130);
-      }
-      stopping = true;
-      console.error(`tusk: ${signal}: stopping ${what} (again to force)`);
-      stop()
-        .catch((error) => {
-          console.error(error);
-          process.exitCode = 1;
-        })
-        .finally(done);
-    };
-    process.on('SIGINT', () => onSignal('SIGINT'));
-    process.on('SIGTERM', () => onSignal('SIGTERM'));
-  });
-}
-
-/**
- * Starts what `make` builds, again and again (with backoff) while the database cannot be
- * reached — a process started while the server restarts waits for it instead of exiting.
- * Other errors (no schema, bad password) are thrown. Null if a signal came meanwhile.
- */
-export async function startPatiently<T extends { start(): Promise<void>; stop(): Promise<void> }>(
-  make: () => T,
-  what: string,
-  source: UrlSource,
-): Promise<T | null> {
-  let signalled = false;
-  let wake = () => {};
-  const onSignal = () => {
-    signalled = true;
-    wake();
-  };
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
-  try {
-    for (let delayMs = 500; ; delayMs = Math.min(delayMs * 2, 10_000)) {
-      const started = make();
-      try {
-        await started.start();
-        // a signal that came while it started (its handler here took it): stop at once
-        if (signalled) {
-          await started.stop();
-          return null;
-        }
-        return started;
-      } catch (error) {
-        if (!isConnectionError(error)) throw error;
-        const why = databaseErrorLine(error, source) ?? (error as Error).message;
-        console.error(`tusk: ${what} is waiting for the database: ${why}; retrying in ${delayMs / 1000} s`);
-      }
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, delayMs);
-        wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      if (signalled) return null;
-    }
-  } finally {
-    process.off('SIGINT', onSignal);
-    process.off('SIGTERM', onSignal);
-  }
 }
 
 /** Runs a command's work with a Tusk, closed afterwards. */

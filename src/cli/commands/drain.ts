@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
 import { bullmqSink } from '../../drain/bullmq.js';
 import type { Drainer, DrainerOptions } from '../../drain/drainer.js';
-import { intOption, optionError, runUntilSignal, startPatiently, tuskFor, urlSource } from '../context.js';
+import { intOption, optionError, tuskFor, urlSource } from '../context.js';
+import { runUntilSignal, StopSignal, startPatiently } from '../lifecycle.js';
 
 interface Options {
   sink: 'tusk' | 'bullmq';
@@ -51,6 +52,7 @@ export function drainCommand(program: Command): void {
       10_000,
     )
     .action(async (options: Options, command: Command) => {
+      const signal = new StopSignal();
       const tusk = tuskFor(command);
       const drainerOptions: DrainerOptions = {
         sink:
@@ -68,7 +70,7 @@ export function drainCommand(program: Command): void {
       if (options.sendTimeoutMs !== undefined) drainerOptions.sendTimeoutMs = options.sendTimeoutMs;
       let started: Drainer | null;
       try {
-        started = await startPatiently(() => tusk.drainer(drainerOptions), 'the drainer', urlSource(command));
+        started = await startPatiently(() => tusk.drainer(drainerOptions), 'the drainer', urlSource(command), signal);
       } catch (error) {
         await tusk.close();
         throw error;
@@ -93,11 +95,15 @@ export function drainCommand(program: Command): void {
               last = now;
             }, options.progressMs)
           : null;
-      await runUntilSignal('the drainer', async () => {
-        if (progress) clearInterval(progress);
-        await tusk.close();
-        console.error(`tusk drain: stopped after forwarding ${drainer.forwarded} jobs`);
-      });
+      await runUntilSignal(
+        'the drainer',
+        async () => {
+          if (progress) clearInterval(progress);
+          await tusk.close();
+          console.error(`tusk drain: stopped after forwarding ${drainer.forwarded} jobs`);
+        },
+        signal,
+      );
       process.exit();
     });
 }

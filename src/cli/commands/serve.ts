@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import type { PoolClient } from 'pg';
 import { checkSchema } from '../../migrate/migrate.js';
 import { intOption, tuskFor } from '../context.js';
+import { runUntilSignal, StopSignal } from '../lifecycle.js';
 
 interface Options {
   port: number;
@@ -27,6 +28,7 @@ export function serveCommand(program: Command): void {
       intOption('--metrics-lag-ms'),
     )
     .action(async (options: Options, command: Command) => {
+      const signal = new StopSignal();
       const tusk = tuskFor(command);
       let close = async () => {};
       let held: PoolClient | undefined;
@@ -54,19 +56,13 @@ export function serveCommand(program: Command): void {
         await tusk.close();
         throw error;
       }
-      await new Promise<void>((done) => {
-        const stop = (signal: string) => {
-          console.error(`tusk: ${signal}: stopping the server`);
-          close()
-            .then(() => tusk.close())
-            .catch((error) => {
-              console.error(error);
-              process.exitCode = 1;
-            })
-            .finally(done);
-        };
-        process.once('SIGINT', () => stop('SIGINT'));
-        process.once('SIGTERM', () => stop('SIGTERM'));
-      });
+      await runUntilSignal(
+        'the server',
+        async () => {
+          await close();
+          await tusk.close();
+        },
+        signal,
+      );
     });
 }

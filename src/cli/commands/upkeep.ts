@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { checkSchema } from '../../migrate/migrate.js';
-import { intOption, runUntilSignal, tuskFor } from '../context.js';
+import { intOption, tuskFor } from '../context.js';
+import { runUntilSignal, StopSignal } from '../lifecycle.js';
 
 interface Options {
   once?: boolean;
@@ -23,6 +24,7 @@ export function upkeepCommand(program: Command): void {
     .option('--every-ms <ms>', 'period of the upkeep (default 500)', intOption('--every-ms', 1, 600_000))
     .action(async (options: Options, command: Command) => {
       const tusk = tuskFor(command);
+      let signal: StopSignal;
       try {
         await checkSchema(await tusk.pool(), tusk.schema);
         const upkeep = tusk.upkeep(options.everyMs === undefined ? {} : { everyMs: options.everyMs });
@@ -31,13 +33,14 @@ export function upkeepCommand(program: Command): void {
           await tusk.close();
           return;
         }
+        signal = new StopSignal();
         upkeep.start();
         console.error(`tusk upkeep: running on schema "${tusk.schema}" every ${options.everyMs ?? 500} ms`);
       } catch (error) {
         await tusk.close();
         throw error;
       }
-      await runUntilSignal('the upkeep', () => tusk.close());
+      await runUntilSignal('the upkeep', () => tusk.close(), signal);
       process.exit();
     });
 }

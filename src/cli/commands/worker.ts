@@ -6,7 +6,8 @@ import type { Command } from 'commander';
 import { TuskError } from '../../errors.js';
 import type { Tusk } from '../../tusk.js';
 import type { Tasks, WorkerOptions } from '../../worker/options.js';
-import { intOption, optionError, runUntilSignal, startPatiently, tuskFor, urlSource } from '../context.js';
+import { intOption, optionError, tuskFor, urlSource } from '../context.js';
+import { runUntilSignal, StopSignal, startPatiently } from '../lifecycle.js';
 import { syncCrontabFile } from './schedules.js';
 
 interface Options {
@@ -128,6 +129,7 @@ export function workerCommand(program: Command): void {
     .option('--name <name>', 'worker name shown in the workers table')
     .option('--crontab <file>', 'set the schedules of this crontab file at start (see docs/guide.md, Recurring jobs)')
     .action(async (options: Options, command: Command) => {
+      const signal = new StopSignal();
       const module = await loadWorkerModule(options.require);
       const tusk = tuskFor(command);
       await module.setup?.(tusk);
@@ -143,7 +145,7 @@ export function workerCommand(program: Command): void {
         await module.shutdown?.();
       };
       try {
-        if (!(await startPatiently(() => tusk.worker(workerOptions), 'the worker', urlSource(command)))) {
+        if (!(await startPatiently(() => tusk.worker(workerOptions), 'the worker', urlSource(command), signal))) {
           await close(); // a signal while the database was out of reach
           process.exit();
         }
@@ -152,7 +154,7 @@ export function workerCommand(program: Command): void {
         await close();
         throw error;
       }
-      await runUntilSignal('the worker', close);
+      await runUntilSignal('the worker', close, signal);
       // the worker has stopped: whatever the task module left open must not keep us alive
       process.exit();
     });
