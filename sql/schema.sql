@@ -858,6 +858,19 @@ END $$;
 --
 
 CREATE FUNCTION tusk.enqueue_entry(p_task jsonb, p_payload jsonb, p_options jsonb, p_at text, p_entry boolean) RETURNS jsonb
+    LANGUAGE sql
+    AS $$
+  SELECT coalesce(jsonb_strip_nulls(jsonb_build_object(
+           'tenant', d.tenant, 'queue', d.queue, 'max_attempts', d.max_attempts)), '{}') || e.entry
+  FROM (SELECT "tusk".enqueue_entry_options(p_task, p_payload, p_options, p_at, p_entry) AS entry) e
+  LEFT JOIN "tusk".task_definitions d ON d.task = e.entry ->> 'task'
+$$;
+
+--
+-- Name: enqueue_entry_options(jsonb, jsonb, jsonb, text, boolean); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.enqueue_entry_options(p_task jsonb, p_payload jsonb, p_options jsonb, p_at text, p_entry boolean) RETURNS jsonb
     LANGUAGE plpgsql
     AS $_$
 DECLARE
@@ -2566,6 +2579,25 @@ ALTER TABLE tusk.staged_jobs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 );
 
 --
+-- Name: task_definitions; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.task_definitions (
+    task text NOT NULL,
+    tenant text,
+    queue text,
+    max_attempts integer,
+    backoff jsonb,
+    retry_queue text,
+    timeout_ms integer,
+    isolated boolean DEFAULT false NOT NULL,
+    payload_schema jsonb,
+    schema_missing text,
+    recorded_by text NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+--
 -- Name: tenant_serves; Type: TABLE; Schema: tusk; Owner: -
 --
 
@@ -2748,6 +2780,13 @@ ALTER TABLE ONLY tusk.schedules
 
 ALTER TABLE ONLY tusk.staged_jobs
     ADD CONSTRAINT staged_jobs_pkey PRIMARY KEY (id);
+
+--
+-- Name: task_definitions task_definitions_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.task_definitions
+    ADD CONSTRAINT task_definitions_pkey PRIMARY KEY (task);
 
 --
 -- Name: tenant_serves tenant_serves_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -

@@ -34,6 +34,7 @@ export type { MetricsOptions } from './metrics/metrics.js';
 export type { MigrateResult } from './migrate/migrate.js';
 export type { Backoff, RetryPolicy } from './policies/backoff.js';
 export type { PruneBatch } from './queries/history.js';
+export type { RecordedDefinition } from './queries/taskDefinitions.js';
 export type { TenantSettings } from './queries/tenants.js';
 export { type CrontabEntry, parseCrontab } from './schedules/crontab.js';
 export type { ScheduleOptions } from './schedules/options.js';

@@ -39,10 +39,12 @@ import { ackJob, extendLease, fetchJobs, leaseState, nackJob } from './queries/l
 import { retryJobs, selectRetryable } from './queries/retryJobs.js';
 import { selectJob } from './queries/selectJob.js';
 import { countStaged, stageJobs } from './queries/staged.js';
+import { type RecordedDefinition, recordedDefinitions } from './queries/taskDefinitions.js';
 import type { ScheduleOptions } from './schedules/options.js';
 import { type AsyncCalls, type AsyncOptions, asyncCalls } from './tasks/async.js';
 import type { EnqueueArgs, TaskList, TaskName, TaskPayload, TypedJob, TypedJobSpec } from './tasks/define.js';
 import { type TaskDefinition, type Tasks, taskMap, tasksSchema } from './tasks/definition.js';
+import { RecordedTasks } from './tasks/recorded.js';
 import { validateRecord } from './tasks/schema.js';
 import { type SourceOptions, SourceRegistry } from './tasks/sources.js';
 import type { Enqueued, EnqueueOptions, Job, JobSpec, JobState, Lease, LeasedJob, StageOptions } from './types.js';
@@ -168,6 +170,16 @@ export class Tusk<L extends TaskList = TaskList> {
   readonly #drainers = new Set<Drainer>();
   readonly #upkeeps = new Set<Upkeep>();
   #waiters: Waiters<Job> | null = null;
+  // a schema migrated before definitions were recorded has none; a role created before then
+  // may not read them (`tusk roles create` again grants it): enqueues go on without them
+  readonly #recorded = new RecordedTasks(async () =>
+    recordedDefinitions(await this.pool(), this.schema).catch((error) => {
+      const code = (error as { code?: string }).code;
+      if (code !== '42P01' && code !== '42501') throw error;
+      this.#log.warn({ err: error }, 'the task definitions workers recorded cannot be read: enqueues do without');
+      return [];
+    }),
+  );
 
   constructor(options: TuskOptions<L> = {}) {
     const o = parse(optionsSchema, options, 'Tusk options') as TuskOptions;
@@ -230,7 +242,7 @@ export class Tusk<L extends TaskList = TaskList> {
   async enqueue(task: string, ...[payload, options = {}]: [unknown?, EnqueueOptions?]): Promise<Enqueued> {
     const name = parse(nameSchema(200), task, 'task');
     const opts = parse(enqueueOptionsSchema, options, 'options') as EnqueueOptions;
-    const definition = this.#definition(name);
+    const definition = (await this.#definitions([name]))(name);
     const record = jobRecord(name, payload, opts, 'payload', this.#maxPayloadBytes, definition);
     if (definition?.schema) await validateRecord(definition.schema, record, 'payload');
     const client = opts.client && toQueryable(opts.client);
@@ -265,15 +277,22 @@ export class Tusk<L extends TaskList = TaskList> {
   async #records(jobs: readonly JobSpec[], field: string): Promise<JobRecord[]> {
     if (!Array.isArray(jobs)) throw new TuskValidationError(field, `must be an array (got ${describe(jobs)})`);
     // Array.from visits holes (as undefined), which map would skip
+    const definition = await this.#definitions(Array.from(jobs, (job) => (job as Partial<JobSpec> | undefined)?.task));
     const records = Array.from(jobs, (job, i) => {
       const spec = parse(jobSpecSchema, job, `${field}[${i}]`) as JobSpec;
-      const definition = this.#definition(spec.task);
-      return jobRecord(spec.task, spec.payload, spec, `${field}[${i}].payload`, this.#maxPayloadBytes, definition);
+      return jobRecord(
+        spec.task,
+        spec.payload,
+        spec,
+        `${field}[${i}].payload`,
+        this.#maxPayloadBytes,
+        definition(spec.task),
+      );
     });
     // after every entry passed the checks above, so that no validation is left unawaited
     await Promise.all(
       records.map((r, i) => {
-        const schema = this.#definition(r.task)?.schema;
+        const schema = definition(r.task)?.schema;
         return schema && validateRecord(schema, r, `${field}[${i}].payload`);
       }),
     );
@@ -301,7 +320,7 @@ export class Tusk<L extends TaskList = TaskList> {
     const db = toQueryable(tx, 'tx');
     const name = parse(nameSchema(200), task, 'task');
     const opts = parse(stageOptionsSchema, options, 'options') as StageOptions;
-    const definition = this.#definition(name);
+    const definition = (await this.#definitions([name]))(name);
     const record = jobRecord(name, payload, opts, 'payload', this.#maxPayloadBytes, definition);
     if (definition?.schema) await validateRecord(definition.schema, record, 'payload');
     const [id] = await this.#write(db, (q) => stageJobs(q, this.schema, jsonArray([record])));
@@ -468,9 +487,31 @@ export class Tusk<L extends TaskList = TaskList> {
     });
   }
 
+  /**
+   * The task definitions workers recorded when they started (the newest start's, a row a
+   * task): what producers without the task list apply.
+   *
+   * @example
+   * for (const d of await tusk.recordedTasks()) console.log(d.task, d.queue, d.maxAttempts, d.recordedBy);
+   */
+  async recordedTasks(): Promise<RecordedDefinition[]> {
+    return recordedDefinitions(await this.pool(), this.schema);
+  }
+
   /** The definition of a task: given in `tasks`, or a method of a registered class. */
   #definition(task: string): TaskDefinition | undefined {
     return this.#tasks.get(task) ?? this.#sources.definition(task);
+  }
+
+  /**
+   * The definitions of the tasks about to be enqueued: this instance's own, else the ones
+   * workers recorded in the database (read only when one of `tasks` has none here).
+   */
+  async #definitions(tasks: readonly unknown[]): Promise<(task: string) => TaskDefinition | undefined> {
+    const own = (task: string) => this.#definition(task);
+    if (tasks.every((task) => typeof task !== 'string' || own(task))) return own;
+    const recorded = await this.#recorded.definitions();
+    return (task) => own(task) ?? recorded.get(task);
   }
 
   /**

@@ -13,6 +13,7 @@ import { schedulesCommand } from './commands/schedules.js';
 import { serveCommand } from './commands/serve.js';
 import { statsCommand } from './commands/stats.js';
 import { statusCommand } from './commands/status.js';
+import { tasksCommand } from './commands/tasks.js';
 import { tenantsCommand } from './commands/tenants.js';
 import { tokensCommand } from './commands/tokens.js';
 import { upkeepCommand } from './commands/upkeep.js';
@@ -61,6 +62,7 @@ for (const register of [
   statusCommand,
   tenantsCommand,
   queuesCommand,
+  tasksCommand,
   schedulesCommand,
   pruneCommand,
   statsCommand,

@@ -255,6 +255,25 @@ export const queueListSchema = z.object({ since: date, queues: z.array(queueStat
 export const queuePausedSchema = z.object({ queue: z.string(), paused: z.boolean(), changed: z.boolean() });
 export const pausedQueuesSchema = z.object({ queues: z.array(z.object({ queue: z.string(), pausedAt: date })) });
 
+export const recordedTaskListSchema = z.object({
+  tasks: z.array(
+    z.object({
+      task: z.string(),
+      tenant: z.string().nullable().meta({ description: "default tenant of its jobs (null: 'default')" }),
+      queue: z.string().nullable().meta({ description: "default queue of its jobs (null: 'default')" }),
+      maxAttempts: z.number().nullable(),
+      backoff: z.union([z.literal(['exponential', 'function']), z.number()]).nullable(),
+      retryQueue: z.string().nullable(),
+      timeoutMs: z.number().nullable().meta({ description: 'time limit of an attempt (null: none)' }),
+      isolated: z.boolean(),
+      payloadSchema: z.record(z.string(), z.unknown()).nullable().meta({ description: 'JSON Schema of the payload' }),
+      schemaMissing: z.string().nullable().meta({ description: 'why a task with a schema has no JSON Schema' }),
+      recordedBy: z.string().meta({ description: 'the worker that recorded it' }),
+      recordedAt: date,
+    }),
+  ),
+});
+
 export const workerSchema = z.object({
   id: z.number(),
   name: z.string(),

@@ -6,6 +6,7 @@ import type { Database } from '../db/connection.js';
 import { Listener } from '../db/listener.js';
 import { channels } from '../db/schema.js';
 import {
+  isConnectionError,
   JobCancelledError,
   JobTimeoutError,
   LeaseLostError,
@@ -23,7 +24,9 @@ import { nextDueInMs, promoteDueJobs } from '../queries/dueJobs.js';
 import { type FinalState, finishJobs } from '../queries/finishJobs.js';
 import { setProgress } from '../queries/progress.js';
 import { requeueJobs } from '../queries/requeueJobs.js';
+import { recordDefinitions } from '../queries/taskDefinitions.js';
 import { heartbeat, registerWorker, unregisterWorker } from '../queries/workers.js';
+import { definitionRows } from '../tasks/recorded.js';
 import { validatePayload } from '../tasks/schema.js';
 import type { SourceRegistry } from '../tasks/sources.js';
 import { Upkeep } from '../upkeep/upkeep.js';
@@ -165,6 +168,7 @@ export class Worker {
       const db = await this.#host.database();
       this.#db = db;
       await checkSchema(db.pool, this.#host.schema);
+      await this.#recordDefinitions(db.pool);
       const names = channels(this.#host.schema);
       this.#listener = new Listener({
         label: 'worker',
@@ -674,11 +678,34 @@ export class Worker {
     );
   }
 
+  /** The worker's name in the workers table and on the task definitions it records. */
+  get #name(): string {
+    return this.#opts.name ?? `${hostname()}:${process.pid}`;
+  }
+
+  /**
+   * Records its tasks' definitions for producers that do not load the task list. A refusal
+   * (a role without the privilege) is logged and the worker runs on; a lost connection
+   * fails the start like any other.
+   */
+  async #recordDefinitions(pool: pg.Pool): Promise<void> {
+    try {
+      await recordDefinitions(
+        pool,
+        this.#host.schema,
+        definitionRows(this.#opts.tasks, this.#name, DEFAULT_TIMEOUT_MS),
+      );
+    } catch (error) {
+      if (isConnectionError(error)) throw error;
+      this.#host.log.warn({ err: error }, 'the task definitions could not be recorded for producers');
+    }
+  }
+
   /** Registers (or re-registers, keeping its id) the worker on its listening connection. */
   async #register(client: pg.Client): Promise<void> {
     this.#id = await registerWorker(client, this.#host.schema, {
       id: this.#id,
-      name: this.#opts.name ?? `${hostname()}:${process.pid}`,
+      name: this.#name,
       host: hostname(),
       pid: process.pid,
       queues: this.#queueNames(),

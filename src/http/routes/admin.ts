@@ -11,6 +11,7 @@ import {
   pausedQueuesSchema,
   queueListSchema,
   queuePausedSchema,
+  recordedTaskListSchema,
   statsQuery,
   statsSchema,
   tenantListSchema,
@@ -150,6 +151,17 @@ export function adminEndpoints(api: Api): Endpoint[] {
       responses: { 200: { description: 'the paused queues', schema: pausedQueuesSchema } },
       async handle(c) {
         return c.json({ queues: await api.tusk.queues.paused() });
+      },
+    }),
+    endpoint({
+      method: 'get',
+      path: '/api/tasks',
+      tag: 'monitoring',
+      access: 'admin',
+      summary: 'The task definitions workers recorded: what producers without the task list apply',
+      responses: { 200: { description: 'the tasks', schema: recordedTaskListSchema } },
+      async handle(c) {
+        return c.json({ tasks: await api.tusk.recordedTasks() });
       },
     }),
     endpoint({
