@@ -3,6 +3,7 @@ import { h } from './dom.js';
 import { job } from './job.js';
 import { jobs } from './jobs.js';
 import { overview } from './overview.js';
+import { tasks } from './tasks.js';
 import { tenants } from './tenants.js';
 import { workers } from './workers.js';
 
@@ -14,6 +15,7 @@ const SECTIONS = [
   ['', 'Overview', overview, 'admin'],
   ['jobs', 'Jobs', jobs, 'any'],
   ['tenants', 'Tenants', tenants, 'admin'],
+  ['tasks', 'Tasks', tasks, 'admin'],
   ['workers', 'Workers', workers, 'admin'],
 ];
 

@@ -1,6 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import type { Listening } from '../src/index.js';
 import { useTestDb } from './helpers.js';
 import { CHROMIUM, chromiumPresent, needs } from './services.js';
@@ -90,6 +91,50 @@ describe('dashboard', () => {
     expect((await db.tusk.getJob(deadId))?.state).toBe('available');
     expect(await page.getByRole('button', { name: 'Retry' }).isDisabled()).toBe(true);
     await page.screenshot({ path: `${ARTIFACTS}dashboard-retried-job.png`, fullPage: true });
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('the tasks page lists the definitions workers recorded, with the payload JSON Schema to unfold', async () => {
+    const worker = db.worker({
+      tasks: {
+        send_email: {
+          queue: 'mail',
+          retry: { maxAttempts: 2, backoff: 250 },
+          schema: z.object({ to: z.email() }),
+          handler: () => {},
+        },
+        plain: () => {},
+      },
+      name: 'mailer',
+    });
+    await worker.start();
+    await worker.stop();
+    await page.goto(`${listening.url}/?refresh=250#/tasks`);
+    await page.getByRole('heading', { name: 'Tasks' }).waitFor();
+    const row = page.locator('tbody tr', { has: page.locator('[data-task="send_email"]') });
+    await row.waitFor();
+    const cells = await row.locator('td').allInnerTexts(); // as shown: the schema folded
+    expect(cells.slice(0, 8)).toEqual([
+      'send_email',
+      'default',
+      'mail',
+      '2',
+      '250 ms',
+      '900 s',
+      'JSON Schema',
+      'mailer',
+    ]);
+    await row.getByText('JSON Schema').click();
+    expect(JSON.parse((await row.locator('pre').textContent()) ?? '')).toMatchObject({
+      properties: { to: { format: 'email' } },
+      required: ['to'],
+    });
+    const plain = await page
+      .locator('tbody tr', { has: page.locator('[data-task="plain"]') })
+      .locator('td')
+      .allTextContents();
+    expect(plain.slice(0, 7)).toEqual(['plain', 'default', 'default', 'default', 'exponential', '900 s', 'none']);
+    await page.screenshot({ path: `${ARTIFACTS}dashboard-tasks.png`, fullPage: true });
     expect(pageErrors).toEqual([]);
   });
 
