@@ -17,6 +17,15 @@ async function sqlFetch(queue: string, leaseMs = 30_000) {
   return rows[0] ?? null;
 }
 
+/** A producer with nothing but SQL: enqueue_job, as from psql, a trigger or any driver. */
+async function sqlEnqueue(task: string, options: Record<string, unknown>): Promise<string> {
+  const { rows } = await db.pool.query<{ id: string }>(
+    `SELECT "${db.schema}".enqueue_job($1, 'null', $2)::text AS id`,
+    [task, JSON.stringify(options)],
+  );
+  return rows[0]?.id as string;
+}
+
 /** Unfinished jobs in `queue`. */
 async function waitingIn(queue: string): Promise<number> {
   const { rows } = await db.pool.query<{ n: number }>(
@@ -28,14 +37,14 @@ async function waitingIn(queue: string): Promise<number> {
 
 describe('with SQL consumers alone, no Tusk process', () => {
   it('a delayed job is handed out once due, not before', async () => {
-    const { id } = await db.tusk.enqueue('later', null, { queue: 'sql-delay', delayMs: 300 });
+    const id = await sqlEnqueue('later', { queue: 'sql-delay', delayMs: 300 });
     expect(await sqlFetch('sql-delay')).toBeNull();
     await sleep(400);
     expect((await sqlFetch('sql-delay'))?.id).toBe(id);
   });
 
   it('a job whose consumer died is handed out again once its lease ran out, and the old lease is refused', async () => {
-    const { id } = await db.tusk.enqueue('dies', null, { queue: 'sql-lease' });
+    const id = await sqlEnqueue('dies', { queue: 'sql-lease' });
     const first = await sqlFetch('sql-lease', 300);
     expect(first?.id).toBe(id);
     expect(await sqlFetch('sql-lease')).toBeNull(); // still leased
@@ -51,11 +60,19 @@ describe('with SQL consumers alone, no Tusk process', () => {
   });
 
   it('a job out of attempts whose lease ran out ends dead at the next fetch', async () => {
-    const { id } = await db.tusk.enqueue('dies', null, { queue: 'sql-dead', maxAttempts: 1 });
+    const id = await sqlEnqueue('dies', { queue: 'sql-dead', maxAttempts: 1 });
     expect((await sqlFetch('sql-dead', 200))?.id).toBe(id);
     await sleep(300);
     expect(await sqlFetch('sql-dead')).toBeNull();
     expect((await db.tusk.getJob(id))?.state).toBe('dead');
+  });
+
+  it('a job past its expiry is not handed out (tusk upkeep marks it expired, below)', async () => {
+    const id = await sqlEnqueue('stale', { queue: 'sql-expiry', expiresAt: new Date(Date.now() + 200).toISOString() });
+    await sleep(300);
+    expect(await sqlFetch('sql-expiry')).toBeNull();
+    expect((await db.tusk.getJob(id))?.state).toBe('available');
+    await db.tusk.cancel(id); // out of the upkeep's counts below
   });
 });
 
@@ -180,6 +197,15 @@ describe('tusk serve alone, consumers over HTTP', () => {
       expect(await fetched('serve-lease')).toEqual([]); // still leased
       await sleep(300);
       expect((await firstFetched('serve-lease'))[0]).toMatchObject({ id: dropped, attempt: 2 });
+
+      // an expired job: never handed out, and the server's upkeep ends it expired
+      const { id: stale } = await db.tusk.enqueue('stale', null, {
+        queue: 'serve-expiry',
+        expiresAt: new Date(Date.now() + 200),
+      });
+      await sleep(300);
+      expect(await fetched('serve-expiry')).toEqual([]);
+      await eventually(async () => (await db.tusk.getJob(stale))?.state === 'expired', 10_000);
 
       await db.tusk.schedules.set('serve-every-second', '* * * * * *', { task: 'tick', queue: 'serve-ticks' });
       await eventually(async () => (await waitingIn('serve-ticks')) > 0, 10_000);
