@@ -1,4 +1,4 @@
-export type { JobPage, JobSummary, WorkerInfo } from './client/inspect.js';
+export type { JobPage, WorkerInfo } from './client/inspect.js';
 export type { ScheduleInfo, Schedules } from './client/schedules.js';
 export type { GroupStats, StateCounts, Stats } from './client/stats.js';
 export type { TenantDefaults, TenantInfo, Tenants } from './client/tenants.js';
@@ -61,6 +61,7 @@ export type {
   JobSource,
   JobSpec,
   JobState,
+  JobSummary,
   Lease,
   LeasedJob,
   StageOptions,

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { z } from 'zod';
 import { hasDedup, type JobRecord, jobRecord } from './client/entries.js';
-import { jobId, sourceOf, toJob } from './client/jobs.js';
+import { jobId, toClaimed, toJob } from './client/jobs.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES_LIMIT, toJson } from './client/json.js';
 import { Queues } from './client/queues.js';
 import { type ScheduleInfo, Schedules } from './client/schedules.js';
@@ -384,18 +384,10 @@ export class Tusk<L extends TaskList = TaskList> {
       }),
     );
     return rows.map((r) => ({
-      id: r.id,
+      ...toClaimed(r),
       token: r.lease_token,
-      attempt: r.attempts,
-      task: r.task,
-      tenant: r.tenant,
-      queue: r.queue,
       payload: r.payload,
-      priority: r.priority,
-      maxAttempts: r.max_attempts,
-      createdAt: new Date(r.created_ms),
       leaseUntil: r.lease_until,
-      source: sourceOf(r),
     }));
   }
 

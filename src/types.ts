@@ -174,3 +174,23 @@ export interface Lease {
   id: string;
   token: string;
 }
+
+/** A job as a list shows it: no payload, result or stats. */
+export interface JobSummary {
+  id: string;
+  task: string;
+  tenant: string;
+  queue: string;
+  state: JobState;
+  priority: number;
+  attempts: number;
+  maxAttempts: number;
+  createdAt: Date;
+  runAt: Date;
+  startedAt: Date | null;
+  finishedAt: Date | null;
+  waitMs: number | null;
+  runMs: number | null;
+  /** The last failed attempt's message. */
+  error: string | null;
+}

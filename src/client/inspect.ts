@@ -1,30 +1,11 @@
 import type { Queryable } from '../db/queryable.js';
-import { type JobFilter, type JobSummaryRow, listJobs } from '../queries/listJobs.js';
+import { type JobFilter, listJobs } from '../queries/listJobs.js';
 import { listWorkers } from '../queries/listWorkers.js';
 import { activityBuckets } from '../queries/timeseries.js';
-import type { JobState } from '../types.js';
+import type { JobSummary } from '../types.js';
+import { toSummary } from './jobs.js';
 
 // Read-only views for the dashboard and the HTTP API: job lists, workers, activity.
-
-/** A job as a list shows it: no payload, result or stats. */
-export interface JobSummary {
-  id: string;
-  task: string;
-  tenant: string;
-  queue: string;
-  state: JobState;
-  priority: number;
-  attempts: number;
-  maxAttempts: number;
-  createdAt: Date;
-  runAt: Date;
-  startedAt: Date | null;
-  finishedAt: Date | null;
-  waitMs: number | null;
-  runMs: number | null;
-  /** The last failed attempt's message. */
-  error: string | null;
-}
 
 /** A page of jobs, newest first; `nextCursor` continues it (null: last page). */
 export interface JobPage {
@@ -38,26 +19,6 @@ export async function jobPage(db: Queryable, schema: string, filter: JobFilter):
   const more = rows.length > filter.limit;
   const jobs = rows.slice(0, filter.limit).map(toSummary);
   return { jobs, nextCursor: more ? (jobs.at(-1)?.id ?? null) : null };
-}
-
-function toSummary(r: JobSummaryRow): JobSummary {
-  return {
-    id: r.id,
-    task: r.task,
-    tenant: r.tenant,
-    queue: r.queue,
-    state: r.state as JobState,
-    priority: r.priority,
-    attempts: r.attempts,
-    maxAttempts: r.max_attempts,
-    createdAt: r.created_at,
-    runAt: r.run_at,
-    startedAt: r.started_at,
-    finishedAt: r.finished_at,
-    waitMs: r.wait_ms,
-    runMs: r.run_ms,
-    error: r.error,
-  };
 }
 
 /** A registered worker. */

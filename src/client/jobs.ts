@@ -1,6 +1,8 @@
 import { TuskValidationError } from '../errors.js';
+import type { ClaimedRow } from '../queries/claimJobs.js';
 import type { JobRow } from '../queries/jobColumns.js';
-import type { Job, JobError, JobSource, JobState } from '../types.js';
+import type { JobSummaryRow } from '../queries/listJobs.js';
+import type { Job, JobError, JobSource, JobState, JobSummary, LeasedJob } from '../types.js';
 
 /** A job id as the database wants it: decimal digits. Accepts string, number or bigint. */
 export function jobId(id: unknown, field = 'id'): string {
@@ -11,27 +13,39 @@ export function jobId(id: unknown, field = 'id'): string {
   return text;
 }
 
+/** The fields a listed job and a read job share, from the columns they share. */
+function summaryFields(r: Omit<JobSummaryRow, 'error'>): Omit<JobSummary, 'error'> {
+  return {
+    id: r.id,
+    task: r.task,
+    tenant: r.tenant,
+    queue: r.queue,
+    state: r.state as JobState,
+    priority: r.priority,
+    attempts: r.attempts,
+    maxAttempts: r.max_attempts,
+    createdAt: r.created_at,
+    runAt: r.run_at,
+    startedAt: r.started_at,
+    finishedAt: r.finished_at,
+    waitMs: r.wait_ms,
+    runMs: r.run_ms,
+  };
+}
+
+/** A job as listed (`listJobs`, the dashboard's job list): its last error's message only. */
+export function toSummary(r: JobSummaryRow): JobSummary {
+  return { ...summaryFields(r), error: r.error };
+}
+
 /** The public shape of a job row. */
 export function toJob(row: JobRow): Job {
   const errors = (row.errors ?? []) as JobError[];
   return {
-    id: row.id,
-    task: row.task,
-    tenant: row.tenant,
-    queue: row.queue,
-    state: row.state as JobState,
+    ...summaryFields(row),
     payload: row.payload,
-    priority: row.priority,
-    attempts: row.attempts,
-    maxAttempts: row.max_attempts,
     concurrencyKey: row.concurrency_key === '' ? null : row.concurrency_key,
-    createdAt: row.created_at,
-    runAt: row.run_at,
-    startedAt: row.started_at,
-    finishedAt: row.finished_at,
     expiresAt: row.expires_at,
-    waitMs: row.wait_ms,
-    runMs: row.run_ms,
     stats: row.stats,
     result: row.result ?? null,
     error: errors.at(-1) ?? null,
@@ -39,6 +53,24 @@ export function toJob(row: JobRow): Job {
     cancelRequested: row.cancel_requested,
     source: sourceOf(row),
     progress: row.progress ?? null,
+  };
+}
+
+/**
+ * What the holder of a claimed job is told of it, a worker's handler (`ctx.job`) or a
+ * consumer elsewhere (`fetch`, with its token, payload and lease besides).
+ */
+export function toClaimed(r: ClaimedRow): Omit<LeasedJob, 'token' | 'payload' | 'leaseUntil'> {
+  return {
+    id: r.id,
+    task: r.task,
+    tenant: r.tenant,
+    queue: r.queue,
+    priority: r.priority,
+    attempt: r.attempts,
+    maxAttempts: r.max_attempts,
+    createdAt: new Date(r.created_ms),
+    source: sourceOf(r),
   };
 }
 

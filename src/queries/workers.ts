@@ -1,7 +1,8 @@
 import type { Queryable } from '../db/queryable.js';
 import { ident } from '../db/schema.js';
 
-export interface WorkerInfo {
+/** What a worker registers: who it is and what it serves (`WorkerInfo` is how it is listed). */
+export interface WorkerRegistration {
   id: number | null;
   name: string;
   host: string;
@@ -15,7 +16,7 @@ export interface WorkerInfo {
  * Registers a worker and takes its session lock, on the connection that must stay open
  * while the worker lives. Returns its id (the old one when re-registering, if free).
  */
-export async function registerWorker(db: Queryable, schema: string, w: WorkerInfo): Promise<number> {
+export async function registerWorker(db: Queryable, schema: string, w: WorkerRegistration): Promise<number> {
   const { rows } = await db.query<{ id: number }>(
     `SELECT ${ident(schema)}.register_worker($1, $2, $3, $4, $5, $6, $7) AS id`,
     [w.id, w.name, w.host, w.pid, w.queues, w.concurrency, w.version],

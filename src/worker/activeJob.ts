@@ -1,4 +1,4 @@
-import { sourceOf } from '../client/jobs.js';
+import { toClaimed } from '../client/jobs.js';
 import { toJson } from '../client/json.js';
 import type { ClaimedRow } from '../queries/claimJobs.js';
 import type { Handler, JobContext } from '../tasks/definition.js';
@@ -118,20 +118,7 @@ class Context implements JobContext {
   }
 
   get job(): JobContext['job'] {
-    if (!this.#job) {
-      const row = this.#active.row;
-      this.#job = {
-        id: row.id,
-        task: row.task,
-        tenant: row.tenant,
-        queue: row.queue,
-        priority: row.priority,
-        attempt: row.attempts,
-        maxAttempts: row.max_attempts,
-        createdAt: new Date(row.created_ms),
-        source: sourceOf(row),
-      };
-    }
+    this.#job ??= toClaimed(this.#active.row);
     return this.#job;
   }
 
