@@ -2104,16 +2104,23 @@ END $$;
 --
 
 CREATE FUNCTION tusk.set_progress(p_ids bigint[], p_tokens bigint[], p_values jsonb[]) RETURNS integer
-    LANGUAGE sql
+    LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_custom_plan'
     AS $$
+DECLARE
+  v_set bigint[];
+BEGIN
   WITH set AS (
     UPDATE "tusk".jobs j SET progress = x.value
     FROM unnest(p_ids, p_tokens, p_values) AS x(id, token, value)
     WHERE j.id = x.id AND j.lease_token = x.token AND j.state = 'running'
-    RETURNING 1)
-  SELECT count(*)::integer FROM set
-$$;
+    RETURNING j.id)
+  SELECT array_agg(set.id ORDER BY set.id) INTO v_set FROM set;
+  IF v_set IS NULL THEN RETURN 0; END IF;
+  PERFORM pg_notify('tusk' || ':progress', string_agg(u.x::text, ',' ORDER BY u.n))
+  FROM unnest(v_set) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 900;
+  RETURN cardinality(v_set);
+END $$;
 
 --
 -- Name: set_retention(text, interval, boolean); Type: FUNCTION; Schema: tusk; Owner: -

@@ -631,7 +631,18 @@ export class Tusk<L extends TaskList = TaskList> {
    * server's event stream is made of it.
    */
   async onFinished(fn: (ids: string[]) => void): Promise<() => void> {
-    return this.#finishes().subscribe(fn);
+    return this.#finishes().subscribe('finished', fn);
+  }
+
+  /**
+   * Calls `fn` with the ids of each batch of running jobs whose progress a worker wrote
+   * (`ctx.progress`, at most once a heartbeat a job), like `onFinished`.
+   *
+   * @example
+   * const stop = await tusk.onProgress(async (ids) => console.log(ids));
+   */
+  async onProgress(fn: (ids: string[]) => void): Promise<() => void> {
+    return this.#finishes().subscribe('progress', fn);
   }
 
   #finishes(): Waiters<Job> {

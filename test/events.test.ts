@@ -1,11 +1,12 @@
-// GET /api/events: each job that finishes, as Server-Sent Events, a tenant's token seeing its own.
+// GET /api/events: each job that finishes and each running job's progress, as Server-Sent
+// Events, a tenant's token seeing its own.
 import { describe, expect, it } from 'vitest';
 import { useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 
-/** Reads `finished` events from an event stream until `count` arrived. */
-async function finishedEvents(res: Response, count: number, ready: () => Promise<void>) {
+/** Reads `kind` events from an event stream until `count` arrived. */
+async function readEvents(res: Response, kind: string, count: number, ready: () => Promise<void>) {
   const reader = (res.body as ReadableStream<Uint8Array>).getReader();
   const decoder = new TextDecoder();
   const events: Array<Record<string, unknown>> = [];
@@ -24,7 +25,7 @@ async function finishedEvents(res: Response, count: number, ready: () => Promise
         isReady = true;
         await ready();
       }
-      if (event === 'finished' && data) events.push(JSON.parse(data));
+      if (event === kind && data) events.push(JSON.parse(data));
     }
   }
   await reader.cancel();
@@ -58,8 +59,8 @@ describe('GET /api/events', () => {
         if (++readyCount === 2) await finishBoth();
       };
       const [mineEvents, allEvents] = await Promise.all([
-        finishedEvents(mine, 1, bothReady),
-        finishedEvents(all, 2, bothReady),
+        readEvents(mine, 'finished', 1, bothReady),
+        readEvents(all, 'finished', 2, bothReady),
       ]);
       expect(mineEvents.map((e) => [e.tenant, e.state])).toEqual([['acme', 'succeeded']]);
       expect(allEvents.map((e) => [e.tenant, e.state]).sort()).toEqual([
@@ -67,6 +68,55 @@ describe('GET /api/events', () => {
         ['globex', 'cancelled'],
       ]);
     } finally {
+      await listening.close();
+    }
+  });
+
+  it('streams the progress workers write of running jobs; a tenant token sees its tenant’s only', async () => {
+    const admin = `admin-${'y'.repeat(40)}`;
+    const server = await db.tusk.server({ adminToken: admin });
+    const acme = (await server.tokens.create({ tenant: 'acme' })).token;
+    const listening = await server.listen({ port: 0 });
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const worker = db.worker({
+      queues: ['ev-progress'],
+      heartbeatMs: 50,
+      tasks: {
+        report: async (payload: { tenant: string }, ctx) => {
+          ctx.progress({ tenant: payload.tenant, done: 1 });
+          await released;
+        },
+      },
+    });
+    try {
+      const open = (token: string) =>
+        fetch(`${listening.url}/api/events`, { headers: { authorization: `Bearer ${token}` } });
+      const [mine, all] = await Promise.all([open(acme), open(admin)]);
+      let readyCount = 0;
+      const bothReady = async () => {
+        if (++readyCount < 2) return;
+        await worker.start();
+        for (const tenant of ['acme', 'globex']) {
+          await db.tusk.enqueue('report', { tenant }, { tenant, queue: 'ev-progress' });
+        }
+      };
+      const [mineEvents, allEvents] = await Promise.all([
+        readEvents(mine, 'progress', 1, bothReady),
+        readEvents(all, 'progress', 2, bothReady),
+      ]);
+      expect(mineEvents).toMatchObject([{ tenant: 'acme', task: 'report', progress: { tenant: 'acme', done: 1 } }]);
+      expect(
+        allEvents.map((e) => e.progress).sort((a, b) => JSON.stringify(a).localeCompare(JSON.stringify(b))),
+      ).toEqual([
+        { tenant: 'acme', done: 1 },
+        { tenant: 'globex', done: 1 },
+      ]);
+    } finally {
+      release();
+      await worker.stop();
       await listening.close();
     }
   });

@@ -137,8 +137,11 @@ describe('typed tasks', () => {
   });
 
   it('validates again in the worker: a payload the schema refuses ends dead at once, its handler never called', async () => {
-    // written by a producer that does not know the schema (an older deploy, SQL, another language)
-    const { id } = await db.tusk.enqueue('place_order', { customer: 'c2', items: 'none' }, { queue: 'orders' });
+    // written by a producer that does not check the schema: SQL (another language, an
+    // older deploy); a library producer would apply the definition the worker recorded
+    const [{ id } = { id: '' }] = await db.rows<{ id: string }>(
+      `SELECT $schema.enqueue_job('place_order', '{"customer": "c2", "items": "none"}', '{"queue": "orders"}')::text AS id`,
+    );
     calls.length = 0;
     const worker = db.worker({ queues: ['orders'] }, tusk);
     await worker.start();

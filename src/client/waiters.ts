@@ -4,6 +4,9 @@ import { channels } from '../db/schema.js';
 import type { Logger } from '../log.js';
 import type { JobState } from '../types.js';
 
+/** What the event stream tells of jobs: that they finished, that their progress changed. */
+export type JobEvent = 'finished' | 'progress';
+
 const FINAL: ReadonlySet<JobState> = new Set(['succeeded', 'dead', 'cancelled', 'expired']);
 
 interface Waiter<J> {
@@ -19,7 +22,7 @@ interface Waiter<J> {
  */
 export class Waiters<J extends { state: JobState }> {
   readonly #waiting = new Map<string, Set<Waiter<J>>>();
-  readonly #subscribers = new Set<(ids: string[]) => void>();
+  readonly #subscribers: Record<JobEvent, Set<(ids: string[]) => void>> = { finished: new Set(), progress: new Set() };
   readonly #database: () => Promise<Database>;
   readonly #read: (id: string) => Promise<J | null>;
   readonly #schema: string;
@@ -57,11 +60,14 @@ export class Waiters<J extends { state: JobState }> {
     });
   }
 
-  /** Calls `fn` with the ids of every batch of jobs that finishes, until the returned function is called. */
-  async subscribe(fn: (ids: string[]) => void): Promise<() => void> {
+  /**
+   * Calls `fn` with the ids of every batch of jobs that finishes (`finished`) or whose
+   * progress was written (`progress`), until the returned function is called.
+   */
+  async subscribe(event: JobEvent, fn: (ids: string[]) => void): Promise<() => void> {
     await this.#listen();
-    this.#subscribers.add(fn);
-    return () => this.#subscribers.delete(fn);
+    this.#subscribers[event].add(fn);
+    return () => this.#subscribers[event].delete(fn);
   }
 
   /** Waiting jobs now, for tests and metrics. */
@@ -85,15 +91,20 @@ export class Waiters<J extends { state: JobState }> {
   #listen(): Promise<Listener> {
     this.#listener ??= (async () => {
       const db = await this.#database();
+      const names = channels(this.#schema);
       const listener = new Listener({
         label: 'waitFor',
         clientConfig: { ...db.clientConfig, application_name: `tusk waiters pid=${process.pid}` },
-        channels: [channels(this.#schema).done],
+        channels: [names.done, names.progress],
         log: this.#log,
-        onNotification: (_channel, payload) => {
+        onNotification: (channel, payload) => {
           const ids = payload.split(',');
+          if (channel === names.progress) {
+            for (const fn of this.#subscribers.progress) fn(ids);
+            return;
+          }
           for (const id of ids) if (this.#waiting.has(id)) void this.#settle(id);
-          for (const fn of this.#subscribers) fn(ids);
+          for (const fn of this.#subscribers.finished) fn(ids);
         },
         // announcements may have been missed while the connection was down: look again
         onConnect: async () => {

@@ -24,4 +24,5 @@ export const channels = (schema: string) => ({
   jobs: `${schema}:jobs`,
   cancel: `${schema}:cancel`,
   done: `${schema}:done`,
+  progress: `${schema}:progress`,
 });

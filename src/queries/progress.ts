@@ -13,3 +13,27 @@ export async function setProgress(
   );
   return rows[0]?.n ?? 0;
 }
+
+/** A running job's progress, as the event stream shows it. */
+export interface ProgressEvent {
+  id: string;
+  tenant: string;
+  queue: string;
+  task: string;
+  progress: unknown;
+}
+
+/** The progress of these jobs still running (of `tenant` only, if given). */
+export async function selectProgress(
+  db: Queryable,
+  schema: string,
+  ids: string[],
+  tenant: string | null,
+): Promise<ProgressEvent[]> {
+  const { rows } = await db.query<ProgressEvent>(
+    `SELECT id::text, tenant, queue, task, progress FROM ${ident(schema)}.jobs
+     WHERE id = ANY ($1::bigint[]) AND state = 'running' AND ($2::text IS NULL OR tenant = $2) ORDER BY id`,
+    [ids, tenant],
+  );
+  return rows;
+}

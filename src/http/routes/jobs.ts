@@ -3,8 +3,10 @@ import { streamSSE } from 'hono/streaming';
 import { jobPage } from '../../client/inspect.js';
 import { jobId, toJob } from '../../client/jobs.js';
 import { parse } from '../../client/validate.js';
+import type { JobEvent } from '../../client/waiters.js';
 import type { PreparedQueryable } from '../../db/queryable.js';
 import { selectFinished } from '../../queries/finished.js';
+import { selectProgress } from '../../queries/progress.js';
 import { selectTenantJob } from '../../queries/tenantJob.js';
 import type { Job } from '../../types.js';
 import type { Api } from '../api.js';
@@ -131,28 +133,33 @@ export function jobEndpoints(api: Api): Endpoint[] {
       tag: 'jobs',
       access: 'read',
       summary:
-        "Server-Sent Events: each job that finishes (event `finished`: id, tenant, queue, task, state), the token's tenant's only",
+        "Server-Sent Events: each job that finishes (event `finished`: id, tenant, queue, task, state) and each running job's progress as workers write it (event `progress`: id, tenant, queue, task, progress), the token's tenant's only",
       responses: { 200: { description: 'an event stream', contentType: 'text/event-stream' } },
       async handle(c) {
         const { tenant } = c.get('principal');
         const pool = await api.pools.reads();
         return streamSSE(c, async (stream) => {
-          const pending: string[][] = [];
+          const pending: Array<{ event: JobEvent; ids: string[] }> = [];
           let wake = () => {};
-          const stop = await api.tusk.onFinished((ids) => {
-            pending.push(ids);
+          const on = (event: JobEvent) => (ids: string[]) => {
+            pending.push({ event, ids });
             wake();
-          });
+          };
+          const stops = [await api.tusk.onFinished(on('finished')), await api.tusk.onProgress(on('progress'))];
           stream.onAbort(() => {
-            stop();
+            for (const stop of stops) stop();
             wake();
           });
           await stream.writeSSE({ event: 'ready', data: '{}' });
           while (!stream.aborted) {
-            const ids = pending.splice(0).flat();
-            if (ids.length > 0) {
-              for (const job of await selectFinished(pool, api.schema, ids, tenant)) {
-                await stream.writeSSE({ event: 'finished', id: job.id, data: JSON.stringify(job) });
+            const batch = pending.shift();
+            if (batch) {
+              const jobs =
+                batch.event === 'finished'
+                  ? await selectFinished(pool, api.schema, batch.ids, tenant)
+                  : await selectProgress(pool, api.schema, batch.ids, tenant);
+              for (const job of jobs) {
+                await stream.writeSSE({ event: batch.event, id: job.id, data: JSON.stringify(job) });
               }
               continue;
             }
