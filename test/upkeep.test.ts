@@ -95,6 +95,24 @@ describe('the upkeep component', () => {
     await upkeep.stop();
   });
 
+  it('started, it announces each pass of each service: a test waits for the pass that did the work', async () => {
+    const upkeep = db.tusk.upkeep({ everyMs: 50 });
+    const passes: string[] = [];
+    upkeep.on('pass', ({ service }) => passes.push(service));
+    const released = new Promise<unknown>((resolve) =>
+      upkeep.on('pass', ({ service, result }) => {
+        if (service === 'queue' && (result as { released?: number } | null)?.released) resolve(result);
+      }),
+    );
+    const { id } = await db.tusk.enqueue('x', null, { queue: 'u-events' });
+    await db.tusk.fetch({ queue: 'u-events', leaseMs: 100 });
+    upkeep.start();
+    expect(await released).toMatchObject({ released: 1, errors: [] });
+    expect((await db.tusk.getJob(id))?.state).toBe('available');
+    await upkeep.stop();
+    expect(new Set(passes)).toEqual(new Set(['queue', 'schedules', 'history']));
+  });
+
   it('a step that fails is reported and the others still run', async () => {
     // a lock the expiry step cannot get within its statement timeout: only that step fails
     const { id: due } = await db.tusk.enqueue('x', null, { queue: 'u-fail', delayMs: 50 });

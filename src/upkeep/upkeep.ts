@@ -1,14 +1,12 @@
+import { EventEmitter } from 'node:events';
 import type { Database } from '../db/connection.js';
 import type { Logger } from '../log.js';
-import { maintainHistory } from '../queries/history.js';
-import { maintain, type UpkeepResult } from '../queries/workers.js';
-import { type FireResult, fireDueSchedules } from '../schedules/fire.js';
-
-/** After a server restart, workers get this long to reconnect before their jobs are reaped. */
-const RESTART_GRACE_MS = 10_000;
-/** Rows deleted per retention transaction, and batches per pass before yielding. */
-const HISTORY_BATCH = 10_000;
-const HISTORY_BATCHES = 100;
+import type { UpkeepResult } from '../queries/workers.js';
+import type { FireResult } from '../schedules/fire.js';
+import { HistoryService } from './historyService.js';
+import { QueueService } from './queueService.js';
+import { ScheduleService } from './scheduleService.js';
+import type { UpkeepService } from './service.js';
 
 /** What an upkeep needs from its Tusk instance. */
 export interface UpkeepHost {
@@ -27,6 +25,11 @@ export interface UpkeepOptions {
   everyMs?: number;
   /** Period of history retention (deleting and dropping what is past it); default 60 s. */
   historyEveryMs?: number;
+}
+
+/** The events of an upkeep: `pass` after each service's pass (its result, or the error that failed it). */
+export interface UpkeepEvents {
+  pass: [{ service: string; result: unknown; error?: unknown }];
 }
 
 /** What one pass did; `null` parts were skipped because another process was doing them. */
@@ -50,42 +53,47 @@ export interface UpkeepReport {
  * upkeep.start();         // then every 500 ms
  * await upkeep.stop();
  */
-export class Upkeep {
+export class Upkeep extends EventEmitter<UpkeepEvents> {
   readonly #host: UpkeepHost;
-  readonly #everyMs: number;
-  readonly #historyEveryMs: number;
+  readonly #queue: QueueService;
+  readonly #schedules: ScheduleService;
+  readonly #history: HistoryService;
   #timers: NodeJS.Timeout[] = [];
   #busy = new Set<string>();
   #running = false;
   #stopped = false;
 
   constructor(host: UpkeepHost, options: UpkeepOptions = {}) {
+    super();
     this.#host = host;
-    this.#everyMs = options.everyMs ?? 500;
-    this.#historyEveryMs = options.historyEveryMs ?? 60_000;
+    const ctx = { schema: host.schema, log: host.log };
+    const everyMs = options.everyMs ?? 500;
+    this.#queue = new QueueService(ctx, everyMs);
+    this.#schedules = new ScheduleService(ctx, everyMs);
+    this.#history = new HistoryService(ctx, options.historyEveryMs ?? 60_000, () => this.#stopped);
   }
 
   /** One pass of everything, history retention included. */
   async runOnce(): Promise<UpkeepReport> {
     const db = await this.#host.database();
-    const queue = await this.#queue(db);
-    const schedules = await this.#schedules(db);
-    const historyDeleted = await this.#history(db);
+    const queue = await this.#pass(this.#queue, db);
+    const schedules = await this.#pass(this.#schedules, db);
+    const historyDeleted = await this.#pass(this.#history, db);
     return { queue, schedules, historyDeleted };
   }
 
-  /** Runs the upkeep every `everyMs` (history retention at once, then every `historyEveryMs`). */
+  /** Runs each service every its period (history retention at once, then every `historyEveryMs`). */
   start(): void {
     if (this.#running || this.#stopped) return;
     this.#running = true;
-    const every = (ms: number, what: string, fn: (db: Database) => Promise<unknown>) => {
-      const tick = () => void this.#once(what, fn);
-      this.#timers.push(setInterval(tick, ms));
+    const every = (service: UpkeepService<unknown>) => {
+      const tick = () => void this.#once(service);
+      this.#timers.push(setInterval(tick, service.everyMs));
       return tick;
     };
-    every(this.#everyMs, 'queue', (db) => this.#queue(db));
-    every(this.#everyMs, 'schedules', (db) => this.#schedules(db));
-    every(this.#historyEveryMs, 'history', (db) => this.#history(db))();
+    every(this.#queue);
+    every(this.#schedules);
+    every(this.#history)();
   }
 
   /**
@@ -103,48 +111,28 @@ export class Upkeep {
     this.#host.forget(this);
   }
 
-  async #once(what: string, fn: (db: Database) => Promise<unknown>): Promise<void> {
-    if (this.#busy.has(what) || !this.#running) return;
-    this.#busy.add(what);
+  /** A timed pass: skipped while the last one of that service runs; a failure is logged. */
+  async #once(service: UpkeepService<unknown>): Promise<void> {
+    if (this.#busy.has(service.name) || !this.#running) return;
+    this.#busy.add(service.name);
     try {
-      await fn(await this.#host.database());
+      await this.#pass(service, await this.#host.database());
     } catch (error) {
-      this.#host.log.error({ err: error }, `upkeep (${what}) failed; it runs again in a moment`);
+      this.#host.log.error({ err: error }, `upkeep (${service.name}) failed; it runs again in a moment`);
     } finally {
-      this.#busy.delete(what);
+      this.#busy.delete(service.name);
     }
   }
 
-  async #queue(db: Database): Promise<UpkeepResult | null> {
-    const done = await maintain(db.pool, this.#host.schema, RESTART_GRACE_MS);
-    for (const failed of done?.errors ?? []) {
-      this.#host.log.error(failed, `upkeep step ${failed.step} failed (the other steps ran): ${failed.message}`);
+  /** A pass of one service, announced as a `pass` event (what tests wait for, not time). */
+  async #pass<R>(service: UpkeepService<R>, db: Database): Promise<R | null> {
+    try {
+      const result = await service.runOnce(db);
+      this.emit('pass', { service: service.name, result });
+      return result;
+    } catch (error) {
+      this.emit('pass', { service: service.name, result: null, error });
+      throw error;
     }
-    if (done && (done.released || done.dead || done.expired)) this.#host.log.debug(done, 'upkeep');
-    return done;
-  }
-
-  /** Enqueues due schedule ticks, a little ahead so that their jobs start on time. */
-  async #schedules(db: Database): Promise<FireResult | null> {
-    const lookaheadMs = Math.max(1000, 2 * this.#everyMs);
-    const done = await fireDueSchedules(db.pool, this.#host.schema, lookaheadMs);
-    for (const { name, error } of done?.errors ?? []) {
-      this.#host.log.warn({ err: error, schedule: name }, 'schedule skipped: its expression cannot be read');
-    }
-    if (done?.jobs) this.#host.log.debug(done, 'schedule ticks enqueued');
-    return done;
-  }
-
-  /** Partitions ahead and retention, a batch per transaction, until done or for a while. */
-  async #history(db: Database): Promise<number | null> {
-    let deleted: number | null = null;
-    for (let i = 0; i < HISTORY_BATCHES && !this.#stopped; i++) {
-      const done = await maintainHistory(db.pool, this.#host.schema, HISTORY_BATCH);
-      if (!done) return deleted;
-      deleted = (deleted ?? 0) + done.deleted;
-      if (done.dropped.length > 0 || done.deleted > 0) this.#host.log.info(done, 'history retention applied');
-      if (!done.more) break;
-    }
-    return deleted;
   }
 }

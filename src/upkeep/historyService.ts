@@ -1,0 +1,34 @@
+import type { Database } from '../db/connection.js';
+import { maintainHistory } from '../queries/history.js';
+import type { ServiceContext, UpkeepService } from './service.js';
+
+/** Rows deleted per retention transaction, and batches per pass before yielding. */
+const HISTORY_BATCH = 10_000;
+const HISTORY_BATCHES = 100;
+
+/**
+ * History partitions ahead and retention, a batch per transaction, until done or for a
+ * while; returns the finished jobs deleted (partitions dropped are logged).
+ */
+export class HistoryService implements UpkeepService<number> {
+  readonly name = 'history';
+
+  constructor(
+    private readonly ctx: ServiceContext,
+    readonly everyMs: number,
+    /** True once the upkeep is stopping: a long pass ends between batches. */
+    private readonly stopping: () => boolean = () => false,
+  ) {}
+
+  async runOnce(db: Database): Promise<number | null> {
+    let deleted: number | null = null;
+    for (let i = 0; i < HISTORY_BATCHES && !this.stopping(); i++) {
+      const done = await maintainHistory(db.pool, this.ctx.schema, HISTORY_BATCH);
+      if (!done) return deleted;
+      deleted = (deleted ?? 0) + done.deleted;
+      if (done.dropped.length > 0 || done.deleted > 0) this.ctx.log.info(done, 'history retention applied');
+      if (!done.more) break;
+    }
+    return deleted;
+  }
+}
