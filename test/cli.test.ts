@@ -1,20 +1,14 @@
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cliEnv, exited, startWorker, tusk } from './cli.js';
+import { describe, expect, it } from 'vitest';
+import { cliEnv, exited, startWorker, tusk, useExecutionsTable } from './cli.js';
 import { eventually, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 const env = () => cliEnv(db.url, db.schema);
 
-beforeAll(async () => {
-  await db.tusk.migrate();
-  await db.pool.query(
-    `CREATE TABLE "${db.schema}".executions (job_id bigint, attempt int, pid int, at timestamptz DEFAULT clock_timestamp())`,
-  );
-});
-afterAll(() => db.pool.query(`DROP TABLE IF EXISTS "${db.schema}".executions`));
+useExecutionsTable(db);
 
 describe('tusk CLI', () => {
   it('migrate: up to date, and a fresh schema with --schema', async () => {

@@ -1,5 +1,6 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { promisify } from 'node:util';
+import { afterAll, beforeAll } from 'vitest';
 
 const run = promisify(execFile);
 export const CLI = new URL('../dist/cli/main.js', import.meta.url).pathname;
@@ -32,3 +33,16 @@ export const exited = (child: ChildProcess) =>
     if (child.exitCode !== null || child.signalCode !== null) resolve(child.exitCode);
     else child.once('exit', (code) => resolve(code));
   });
+
+/**
+ * The table the fixture worker's `record` task writes each execution to (job, attempt,
+ * worker pid, when), in the test file's schema, for the file's tests.
+ */
+export function useExecutionsTable(db: { pool: { query(sql: string): Promise<unknown> }; schema: string }): void {
+  beforeAll(() =>
+    db.pool.query(
+      `CREATE TABLE "${db.schema}".executions (job_id bigint, attempt int, pid int, at timestamptz DEFAULT clock_timestamp())`,
+    ),
+  );
+  afterAll(() => db.pool.query(`DROP TABLE IF EXISTS "${db.schema}".executions`));
+}

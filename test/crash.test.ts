@@ -1,17 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Job } from '../src/index.js';
-import { cliEnv, exited, startWorker } from './cli.js';
+import { cliEnv, exited, startWorker, useExecutionsTable } from './cli.js';
 import { eventually, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 
-beforeAll(async () => {
-  await db.tusk.migrate();
-  await db.pool.query(
-    `CREATE TABLE "${db.schema}".executions (job_id bigint, attempt int, pid int, at timestamptz DEFAULT clock_timestamp())`,
-  );
-});
-afterAll(() => db.pool.query(`DROP TABLE IF EXISTS "${db.schema}".executions`));
+useExecutionsTable(db);
 
 describe('crash recovery', () => {
   it('a job whose worker process is killed with SIGKILL mid-job runs again on another worker, long before its lease ends', async () => {
