@@ -652,6 +652,26 @@ BEGIN
 END $$;
 
 --
+-- Name: FUNCTION claim_jobs(p_worker integer, p_limit integer, p_lease_ms integer, p_queues text[], p_tenant text, p_max_tenants integer, p_async_commit boolean); Type: COMMENT; Schema: tusk; Owner: -
+--
+
+COMMENT ON FUNCTION tusk.claim_jobs(p_worker integer, p_limit integer, p_lease_ms integer, p_queues text[], p_tenant text, p_max_tenants integer, p_async_commit boolean) IS 'Claims up to p_limit available jobs for worker p_worker (NULL: a lease from fetch_jobs).
+Fairness: tenants with a free slot are served least recently served first (tenant_serves),
+round-robin by job; inside a tenant FIFO by (priority, id); a concurrency key gets at most
+the tenant''s per_key running jobs; lanes with no free slot are never read.
+Exactness (000002, 000007, 000018): a limited tenant (slots or per-key limit) is claimed
+only under its row lock (FOR UPDATE SKIP LOCKED) by a statement that starts after the
+lock is taken, so its count of running jobs (running_base + running_deltas, 000023) sees
+every claim committed before; unlimited tenants'' claims share an advisory lock and run in
+parallel, picking jobs with SKIP LOCKED; a change of limits waits for them.
+Pinned horizon (000023): each (queue, tenant) lane is read from its newest snapshot mark
+(lane_marks) plus the jobs that arrived since that snapshot (jobs.avail_xid), so no read
+starts at a front of dead index entries left by an open transaction. Measured with
+npm run bench -- pinned (100 000 jobs claimed under a pinned xmin): 4.24 -> 68.48 ms a
+claim before 000023, 5.89 -> 3.69 ms after. Each lease draws a fencing token from
+the lease_tokens sequence, never reissued (000013).';
+
+--
 -- Name: count_running(); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -1205,6 +1225,15 @@ BEGIN
 END $$;
 
 --
+-- Name: FUNCTION finish_jobs(p_state tusk.job_state, p_jobs jsonb, p_async_commit boolean); Type: COMMENT; Schema: tusk; Owner: -
+--
+
+COMMENT ON FUNCTION tusk.finish_jobs(p_state tusk.job_state, p_jobs jsonb, p_async_commit boolean) IS 'Settles the outcomes of running jobs in one statement, fenced by lease token (an outcome
+of a lease that was lost changes nothing), moves them to job_history with their result,
+errors, stats and progress, and announces their ids on <schema>:done (at most 900 a
+notification) for waitFor and the event stream (000005, 000013, 000020, 000022).';
+
+--
 -- Name: fire_schedule(text, timestamp with time zone, timestamp with time zone[], timestamp with time zone); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -1426,6 +1455,16 @@ BEGIN
   END;
   RETURN v_done || jsonb_build_object('errors', v_errors);
 END $$;
+
+--
+-- Name: FUNCTION maintain(p_grace_ms integer); Type: COMMENT; Schema: tusk; Owner: -
+--
+
+COMMENT ON FUNCTION tusk.maintain(p_grace_ms integer) IS 'The queue''s upkeep, one process at a time (advisory lock): gives back the jobs of leases
+that ran out and of dead workers (after p_grace_ms when the server restarted), promotes
+due delayed jobs, expires old ones, keeps history partitions ahead, prunes lane marks,
+serves and pairs and folds running deltas; each step isolated, its failure reported
+without stopping the others (000013, 000023).';
 
 --
 -- Name: maintain_history(integer); Type: FUNCTION; Schema: tusk; Owner: -
