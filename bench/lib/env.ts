@@ -28,10 +28,15 @@ export const mean = (values: number[]) => values.reduce((a, b) => a + b, 0) / Ma
 export async function writeSummary(suite: string, command: string, report: string): Promise<string> {
   const dir = new URL('../../docs/benchmarks/', import.meta.url);
   await mkdir(dir, { recursive: true });
+  // the run's JSON stays on the machine that ran it: a path to it means nothing in the repository
+  const kept = report
+    .split('\n')
+    .filter((line) => !line.startsWith('results: bench/results/'))
+    .join('\n');
   const text =
     `# Benchmark: ${suite}\n\nLast full run ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, ` +
     `\`${command}\` on a 2-core machine; ratios within one run are what compare.\n\n` +
-    `\`\`\`text\n${report.trim()}\n\`\`\`\n`;
+    `\`\`\`text\n${kept.trim()}\n\`\`\`\n`;
   await writeFile(new URL(`${suite}.md`, dir), text);
   return `docs/benchmarks/${suite}.md`;
 }
