@@ -47,6 +47,7 @@ export {
   type TaskName,
   type TaskPayload,
   type TaskResult,
+  type TypedFlowSpec,
   type TypedJob,
   type TypedJobSpec,
 } from './tasks/define.js';
@@ -55,6 +56,8 @@ export { Tusk, type TuskOptions } from './tusk.js';
 export type {
   Enqueued,
   EnqueueOptions,
+  FlowIds,
+  FlowSpec,
   Job,
   JobError,
   JobSource,
@@ -63,6 +66,7 @@ export type {
   Lease,
   LeasedJob,
   StageOptions,
+  StageSpec,
 } from './types.js';
 export { Upkeep, type UpkeepOptions, type UpkeepReport } from './upkeep/upkeep.js';
 export type { IsolateOptions } from './worker/isolate.js';

@@ -39,6 +39,8 @@ export function toJob(row: JobRow): Job {
     cancelRequested: row.cancel_requested,
     source: sourceOf(row),
     progress: row.progress ?? null,
+    dependsOn: row.depends_on ?? [],
+    waitingOn: row.waiting_on,
   };
 }
 
