@@ -18,10 +18,12 @@ import {
   jobSpecSchema,
   MAX_DELAY_MS,
   MAX_DEPENDENCIES,
+  MAX_FLOW_DEPTH,
   nameSchema,
   parse,
   stageOptionsSchema,
   stageSpecSchema,
+  TOO_DEEP_FLOW,
 } from './client/validate.js';
 import { Waiters } from './client/waiters.js';
 import { jsonArray, type Written, writeRecords } from './client/write.js';
@@ -347,7 +349,7 @@ export class Tusk<L extends TaskList = TaskList> {
    * dependencies are its `dependsOn`, then its children, in order. A child that ends
    * `dead`, `cancelled` or `expired` cancels its parent, and so on up, unless the parent
    * says `onDependencyFailure: 'continue'`. Returns the ids, in the same tree. With
-   * `client`, written in your transaction. At most 10 000 jobs.
+   * `client`, written in your transaction. At most 10 000 jobs, 500 levels deep.
    *
    * @example
    * const { id, children } = await tusk.flow({
@@ -377,7 +379,9 @@ export class Tusk<L extends TaskList = TaskList> {
       const kids = top.spec.children ?? [];
       if (top.next < kids.length) {
         const i = top.next++;
-        stack.push(frame(kids[i], `${top.field}.children[${i}]`));
+        const field = `${top.field}.children[${i}]`;
+        if (stack.length >= MAX_FLOW_DEPTH) throw new TuskValidationError(field, TOO_DEEP_FLOW);
+        stack.push(frame(kids[i], field));
         continue;
       }
       stack.pop();

@@ -1,7 +1,7 @@
 // Flows: jobs that wait for others (dependsOn, tusk.flow), exact under concurrency.
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
-import { type Job, type JobContext, TuskValidationError } from '../src/index.js';
+import { type FlowSpec, type Job, type JobContext, TuskValidationError } from '../src/index.js';
 import { eventually, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -40,6 +40,13 @@ const counts = async () =>
               (SELECT count(*)::int FROM $schema.job_deps) AS deps`,
     )
   )[0];
+
+/** A flow of `depth` jobs, each the only child of the one above. */
+function chain(depth: number): FlowSpec {
+  let node: FlowSpec = { task: 'link', queue: 'chain' };
+  for (let i = 1; i < depth; i++) node = { task: 'link', queue: 'chain', children: [node] };
+  return node;
+}
 
 /** Waits until `pid` waits for a lock (so the interleaving a test forces has happened). */
 const waitsForLock = (pid: number) =>
@@ -355,6 +362,7 @@ describe('dependencies at enqueue', () => {
       /children or dependsOn/,
     );
     await refused(db.tusk.flow({ task: 'p', children: [{ task: '' }] }), 'flow.children[0].task', /empty/);
+    await refused(db.tusk.flow(chain(501)), `flow${'.children[0]'.repeat(500)}`, /at most 500 levels/);
     await refused(db.tusk.flow({ task: 'p', children: 'c' as never }), 'flow.children', /array of jobs/);
     await refused(
       db.tusk.stage(db.pool, 'y', null, { dependsOn: [real] } as never),
@@ -362,6 +370,20 @@ describe('dependencies at enqueue', () => {
       /unknown option "dependsOn"/,
     );
     expect(await counts()).toEqual(before);
+  });
+
+  it('a flow 500 levels deep: a chain, each job waiting for the one below', async () => {
+    const top = await db.tusk.flow(chain(500));
+    const ids: string[] = [];
+    for (let node = top; node; node = node.children[0] as typeof top) ids.push(node.id);
+    expect(ids).toHaveLength(500);
+    const leaf = ids.at(-1) as string;
+    expect(await db.tusk.getJob(leaf)).toMatchObject({ state: 'available', waitingOn: 0 });
+    expect(await db.tusk.getJob(top.id)).toMatchObject({ state: 'scheduled', waitingOn: 1, dependsOn: [ids[1]] });
+    // a failure at the bottom cancels the whole chain, in one loop
+    await db.tusk.cancel(leaf);
+    expect(await db.tusk.getJob(top.id)).toMatchObject({ state: 'cancelled' });
+    expect(await db.rows(`SELECT id FROM $schema.jobs WHERE queue = 'chain'`)).toEqual([]);
   });
 
   it('works across tenants and queues, limited tenants included', async () => {

@@ -132,6 +132,10 @@ export const jobIdArgSchema = z.custom<string | number | bigint>(
 /** At most this many dependencies a job (and jobs a flow). */
 export const MAX_DEPENDENCIES = 10_000;
 
+/** Deepest flow: its ids come back as a tree, which JSON.stringify overflows the stack on past ~1 200 levels. */
+export const MAX_FLOW_DEPTH = 500;
+export const TOO_DEEP_FLOW = `is nested too deep: a flow has at most ${MAX_FLOW_DEPTH} levels`;
+
 /** The options of a job's dependencies (enqueue, enqueueMany, flow; not stage). */
 export const dependencyShape = {
   dependsOn: z
