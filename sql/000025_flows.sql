@@ -463,3 +463,219 @@ BEGIN
     RETURN QUERY SELECT unnest(v_ids);
   END IF;
 END $$;
+
+-- Enqueue from SQL (000015) with dependencies: enqueue_job's and enqueue_jobs' options
+-- take dependsOn (ids, as numbers or strings of digits) and onDependencyFailure; such
+-- entries go through enqueue_flow. As in 000015 otherwise.
+CREATE OR REPLACE FUNCTION :SCHEMA.enqueue_entry(p_task jsonb, p_payload jsonb, p_options jsonb, p_at text, p_entry boolean)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  -- the library's longest delay: 100 years of 365.25 days, in ms
+  c_max_delay constant bigint := 3155760000000;
+  -- the library's default payload limit (its option maxPayloadBytes), and deepest nesting
+  c_max_payload constant integer := 1048576;
+  c_max_depth constant integer := 1000;
+  o jsonb := coalesce(p_options, '{}');
+  v_task_at text := CASE WHEN p_entry THEN p_at || '.task' ELSE 'task' END;
+  v_payload_at text := CASE WHEN p_entry THEN p_at || '.payload' ELSE 'payload' END;
+  v_payload jsonb := coalesce(p_payload, 'null');
+  v_bytes integer;
+  r jsonb;
+  v_retry jsonb;
+  v_backoff jsonb;
+  v_retry_attempts bigint;
+  v_source jsonb;
+  v_id jsonb;
+  v_deps jsonb;
+  v_bad record;
+BEGIN
+  PERFORM :SCHEMA.arg_object(o, p_at, ARRAY['tenant', 'queue', 'priority', 'runAt', 'delayMs', 'maxAttempts',
+    'expiresAt', 'concurrencyKey', 'dedupe', 'dedupKey', 'dedupWindowMs', 'source', 'retry', 'dependsOn',
+    'onDependencyFailure']
+    || CASE WHEN p_entry THEN ARRAY['task', 'payload'] ELSE '{}'::text[] END);
+  IF p_task IS NULL THEN
+    PERFORM :SCHEMA.arg_refuse(v_task_at, 'is required (a string of 1 to 200 characters)');
+  END IF;
+  r := jsonb_build_object('task', :SCHEMA.arg_text(p_task, v_task_at, 200, true));
+
+  IF o ? 'tenant' THEN
+    r := r || jsonb_build_object('tenant', :SCHEMA.arg_text(o -> 'tenant', p_at || '.tenant', 128, true));
+  END IF;
+  IF o ? 'queue' THEN
+    r := r || jsonb_build_object('queue', :SCHEMA.arg_text(o -> 'queue', p_at || '.queue', 128, true));
+  END IF;
+  IF o ? 'priority' THEN
+    r := r || jsonb_build_object('priority', :SCHEMA.arg_integer(o -> 'priority', p_at || '.priority', -32768, 32767));
+  END IF;
+  IF o ? 'runAt' THEN
+    r := r || jsonb_build_object('run_at', :SCHEMA.arg_time(o -> 'runAt', p_at || '.runAt'));
+  END IF;
+  IF o ? 'delayMs' THEN
+    r := r || jsonb_build_object('delay_ms', :SCHEMA.arg_integer(o -> 'delayMs', p_at || '.delayMs', 0, c_max_delay));
+  END IF;
+  IF o ? 'maxAttempts' THEN
+    r := r || jsonb_build_object('max_attempts', :SCHEMA.arg_integer(o -> 'maxAttempts', p_at || '.maxAttempts', 1, 1000));
+  END IF;
+  IF o ? 'expiresAt' THEN
+    r := r || jsonb_build_object('expires_at', :SCHEMA.arg_time(o -> 'expiresAt', p_at || '.expiresAt'));
+  END IF;
+  IF o ? 'concurrencyKey' THEN
+    r := r || jsonb_build_object('concurrency_key',
+      :SCHEMA.arg_text(o -> 'concurrencyKey', p_at || '.concurrencyKey', 256, false));
+  END IF;
+  IF o ? 'dedupe' AND jsonb_typeof(o -> 'dedupe') <> 'boolean' THEN
+    PERFORM :SCHEMA.arg_refuse(p_at || '.dedupe', 'must be true or false (got ' || :SCHEMA.arg_describe(o -> 'dedupe') || ')');
+  END IF;
+  IF o ? 'dedupKey' THEN
+    r := r || jsonb_build_object('dedup_key', :SCHEMA.arg_text(o -> 'dedupKey', p_at || '.dedupKey', 512, false));
+  ELSIF o -> 'dedupe' = 'true' THEN
+    -- the library hashes the payload as JavaScript writes it (its numbers, its key order),
+    -- which SQL cannot reproduce for every payload: a key that would not match its own
+    PERFORM :SCHEMA.arg_refuse(p_at || '.dedupe', 'is not available in SQL (the key it derives hashes the payload as '
+      || 'JavaScript writes it): give dedupKey, e.g. ''{"dedupKey": "welcome:42"}''');
+  END IF;
+  IF o ? 'dedupWindowMs' THEN
+    r := r || jsonb_build_object('dedup_window_ms',
+      :SCHEMA.arg_integer(o -> 'dedupWindowMs', p_at || '.dedupWindowMs', 0, c_max_delay));
+  END IF;
+
+  IF o ? 'dependsOn' THEN
+    v_deps := o -> 'dependsOn';
+    IF jsonb_typeof(v_deps) IS DISTINCT FROM 'array' THEN
+      PERFORM :SCHEMA.arg_refuse(p_at || '.dependsOn', 'must be an array of job ids (got ' || :SCHEMA.arg_describe(v_deps) || ')');
+    ELSIF jsonb_array_length(v_deps) > 10000 THEN
+      PERFORM :SCHEMA.arg_refuse(p_at || '.dependsOn', 'must list at most 10000 jobs');
+    END IF;
+    -- a positive integer in bigint's range: a JSON number, or a string of digits (as the library writes ids)
+    SELECT a.k, a.v INTO v_bad FROM jsonb_array_elements(v_deps) WITH ORDINALITY AS a(v, k)
+    WHERE NOT CASE
+      WHEN jsonb_typeof(a.v) = 'number' THEN a.v::numeric = trunc(a.v::numeric) AND a.v::numeric BETWEEN 1 AND 9223372036854775807
+      WHEN jsonb_typeof(a.v) = 'string' THEN (a.v #>> '{}') ~ '^[1-9][0-9]{0,18}$' AND (a.v #>> '{}')::numeric <= 9223372036854775807
+      ELSE false END
+    ORDER BY a.k LIMIT 1;
+    IF FOUND THEN
+      PERFORM :SCHEMA.arg_refuse(p_at || '.dependsOn[' || (v_bad.k - 1) || ']',
+        'must be a job id: a positive integer (got ' || :SCHEMA.arg_describe(v_bad.v) || ')');
+    END IF;
+    IF jsonb_array_length(v_deps) > 0 THEN
+      IF o ? 'dedupKey' THEN
+        PERFORM :SCHEMA.arg_refuse(p_at, 'has dependsOn and dedupKey: a job with dependencies is not deduplicated');
+      END IF;
+      r := r || jsonb_build_object('deps_at', p_at || '.dependsOn', 'depends_on',
+        (SELECT jsonb_agg(to_jsonb((a.v #>> '{}')::numeric::bigint) ORDER BY a.k)
+         FROM jsonb_array_elements(v_deps) WITH ORDINALITY AS a(v, k)));
+    END IF;
+  END IF;
+  IF o ? 'onDependencyFailure' THEN
+    IF NOT o ? 'dependsOn' THEN
+      PERFORM :SCHEMA.arg_refuse(p_at || '.onDependencyFailure', 'is for a job with dependencies: give dependsOn too');
+    ELSIF (o -> 'onDependencyFailure') NOT IN ('"cancel"', '"continue"') THEN
+      PERFORM :SCHEMA.arg_refuse(p_at || '.onDependencyFailure', 'must be ''cancel'' or ''continue'' (got '
+        || :SCHEMA.arg_describe(o -> 'onDependencyFailure') || ')');
+    END IF;
+    r := r || jsonb_build_object('on_dependency_failure', o ->> 'onDependencyFailure');
+  END IF;
+
+  IF o ? 'source' THEN
+    v_source := o -> 'source';
+    PERFORM :SCHEMA.arg_object(v_source, p_at || '.source', ARRAY['type', 'id', 'method']);
+    IF NOT v_source ? 'type' THEN
+      PERFORM :SCHEMA.arg_refuse(p_at || '.source.type', 'is required (a string of 1 to 128 characters)');
+    END IF;
+    r := r || jsonb_build_object('source_type', :SCHEMA.arg_text(v_source -> 'type', p_at || '.source.type', 128, true));
+    v_id := v_source -> 'id';
+    IF jsonb_typeof(v_id) = 'number' AND v_id::numeric = trunc(v_id::numeric)
+       AND abs(v_id::numeric) <= 9007199254740991 THEN  -- a safe integer, written as JavaScript writes it
+      r := r || jsonb_build_object('source_id', v_id::numeric::bigint::text);
+    ELSIF jsonb_typeof(v_id) = 'string' AND length(v_id #>> '{}') BETWEEN 1 AND 256 THEN
+      r := r || jsonb_build_object('source_id', v_id #>> '{}');
+    ELSE
+      PERFORM :SCHEMA.arg_refuse(p_at || '.source.id', 'must be a string of 1 to 256 characters or an integer (got '
+        || :SCHEMA.arg_describe(v_id) || ')');
+    END IF;
+    IF v_source ? 'method' THEN
+      r := r || jsonb_build_object('source_method',
+        :SCHEMA.arg_text(v_source -> 'method', p_at || '.source.method', 128, true));
+    END IF;
+  END IF;
+
+  IF o ? 'retry' THEN
+    v_retry := o -> 'retry';
+    PERFORM :SCHEMA.arg_object(v_retry, p_at || '.retry', ARRAY['maxAttempts', 'backoff', 'queue']);
+    IF v_retry ? 'maxAttempts' THEN
+      v_retry_attempts := :SCHEMA.arg_integer(v_retry -> 'maxAttempts', p_at || '.retry.maxAttempts', 1, 1000);
+    END IF;
+    IF v_retry ? 'backoff' THEN
+      v_backoff := v_retry -> 'backoff';
+      IF v_backoff = '"exponential"' THEN
+        NULL;
+      ELSIF jsonb_typeof(v_backoff) = 'number' AND v_backoff::numeric = trunc(v_backoff::numeric)
+            AND v_backoff::numeric BETWEEN 0 AND c_max_delay THEN
+        v_backoff := to_jsonb(v_backoff::numeric::bigint);  -- 1000.0 is stored 1000, as the library stores it
+      ELSE
+        PERFORM :SCHEMA.arg_refuse(p_at || '.retry.backoff', 'must be ''exponential'' or an integer number of milliseconds from 0 to '
+          || c_max_delay || ' (got ' || :SCHEMA.arg_describe(v_backoff) || ')');
+      END IF;
+    END IF;
+    -- the job's retry column holds backoff and queue; attempts go to max_attempts
+    IF v_retry ? 'backoff' OR v_retry ? 'queue' THEN
+      r := r || jsonb_build_object('retry', jsonb_strip_nulls(jsonb_build_object('backoff', v_backoff,
+        'queue', CASE WHEN v_retry ? 'queue' THEN :SCHEMA.arg_text(v_retry -> 'queue', p_at || '.retry.queue', 128, true) END)));
+    END IF;
+    IF v_retry_attempts IS NOT NULL AND NOT r ? 'max_attempts' THEN
+      r := r || jsonb_build_object('max_attempts', v_retry_attempts);
+    END IF;
+  END IF;
+
+  IF o ? 'runAt' AND o ? 'delayMs' THEN
+    PERFORM :SCHEMA.arg_refuse(p_at, 'must give runAt or delayMs, not both');
+  END IF;
+
+  -- counted as PostgreSQL writes the jsonb as text (a space after each colon and comma)
+  v_bytes := octet_length(v_payload::text);
+  IF v_bytes > c_max_payload THEN
+    PERFORM :SCHEMA.arg_refuse(v_payload_at, 'is ' || v_bytes || ' bytes as JSON, over the limit of ' || c_max_payload);
+  END IF;
+  -- deeper than c_max_depth: an array or object at that level (needs 2 brackets a level)
+  IF v_bytes > 2 * c_max_depth
+     AND jsonb_path_exists(v_payload, 'strict $.**{1000} ? (@.type() == "array" || @.type() == "object")') THEN
+    PERFORM :SCHEMA.arg_refuse(v_payload_at, 'must not be nested deeper than ' || c_max_depth || ' levels');
+  END IF;
+  RETURN r || jsonb_build_object('payload', v_payload);
+END $$;
+
+CREATE OR REPLACE FUNCTION :SCHEMA.enqueue_entries(p_entries jsonb)
+RETURNS TABLE (id bigint, deduplicated boolean) LANGUAGE plpgsql AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_entries) e WHERE e ? 'depends_on') THEN
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_entries) e WHERE e ? 'dedup_key') THEN
+      PERFORM :SCHEMA.arg_refuse('jobs', 'has jobs with dependencies (dependsOn) and deduplicated jobs (dedupKey): '
+        || 'enqueue them in separate calls');
+    END IF;
+    RETURN QUERY SELECT f.id, false FROM :SCHEMA.enqueue_flow(p_entries) WITH ORDINALITY AS f(id, n) ORDER BY f.n;
+    RETURN;
+  END IF;
+  IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_entries) e WHERE e ? 'dedup_key') THEN
+    RETURN QUERY SELECT d.id, d.deduplicated FROM :SCHEMA.enqueue_dedup(p_entries) d ORDER BY d.ord;
+    RETURN;
+  END IF;
+  -- rows are inserted in array order and identity values drawn in insert order, so the
+  -- sorted ids are in input order
+  RETURN QUERY
+  WITH ins AS (
+    INSERT INTO :SCHEMA.jobs AS j (tenant, queue, task, payload, priority, state, run_at, max_attempts,
+                                   concurrency_key, expires_at, retry, source_type, source_id, source_method)
+    SELECT coalesce(x.tenant, 'default'), coalesce(x.queue, 'default'), x.task,
+           coalesce(x.payload, 'null'), coalesce(x.priority, 0),
+           CASE WHEN r.run_at > now() THEN 'scheduled' ELSE 'available' END:::SCHEMA.job_state,
+           r.run_at, coalesce(x.max_attempts, 5), coalesce(x.concurrency_key, ''), x.expires_at, x.retry,
+           x.source_type, x.source_id, x.source_method
+    FROM jsonb_to_recordset(p_entries) AS x(
+           task text, payload jsonb, tenant text, queue text, priority smallint,
+           run_at timestamptz, delay_ms bigint, max_attempts integer, concurrency_key text,
+           expires_at timestamptz, retry jsonb, source_type text, source_id text, source_method text)
+    CROSS JOIN LATERAL (
+      SELECT coalesce(x.run_at, now() + coalesce(x.delay_ms, 0) * interval '1 millisecond') AS run_at) r
+    RETURNING j.id)
+  SELECT ins.id, false FROM ins ORDER BY ins.id;
+END $$;

@@ -831,6 +831,14 @@ CREATE FUNCTION tusk.enqueue_entries(p_entries jsonb) RETURNS TABLE(id bigint, d
     LANGUAGE plpgsql
     AS $$
 BEGIN
+  IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_entries) e WHERE e ? 'depends_on') THEN
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_entries) e WHERE e ? 'dedup_key') THEN
+      PERFORM "tusk".arg_refuse('jobs', 'has jobs with dependencies (dependsOn) and deduplicated jobs (dedupKey): '
+        || 'enqueue them in separate calls');
+    END IF;
+    RETURN QUERY SELECT f.id, false FROM "tusk".enqueue_flow(p_entries) WITH ORDINALITY AS f(id, n) ORDER BY f.n;
+    RETURN;
+  END IF;
   IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_entries) e WHERE e ? 'dedup_key') THEN
     RETURN QUERY SELECT d.id, d.deduplicated FROM "tusk".enqueue_dedup(p_entries) d ORDER BY d.ord;
     RETURN;
@@ -880,9 +888,12 @@ DECLARE
   v_retry_attempts bigint;
   v_source jsonb;
   v_id jsonb;
+  v_deps jsonb;
+  v_bad record;
 BEGIN
   PERFORM "tusk".arg_object(o, p_at, ARRAY['tenant', 'queue', 'priority', 'runAt', 'delayMs', 'maxAttempts',
-    'expiresAt', 'concurrencyKey', 'dedupe', 'dedupKey', 'dedupWindowMs', 'source', 'retry']
+    'expiresAt', 'concurrencyKey', 'dedupe', 'dedupKey', 'dedupWindowMs', 'source', 'retry', 'dependsOn',
+    'onDependencyFailure']
     || CASE WHEN p_entry THEN ARRAY['task', 'payload'] ELSE '{}'::text[] END);
   IF p_task IS NULL THEN
     PERFORM "tusk".arg_refuse(v_task_at, 'is required (a string of 1 to 200 characters)');
@@ -928,6 +939,43 @@ BEGIN
   IF o ? 'dedupWindowMs' THEN
     r := r || jsonb_build_object('dedup_window_ms',
       "tusk".arg_integer(o -> 'dedupWindowMs', p_at || '.dedupWindowMs', 0, c_max_delay));
+  END IF;
+
+  IF o ? 'dependsOn' THEN
+    v_deps := o -> 'dependsOn';
+    IF jsonb_typeof(v_deps) IS DISTINCT FROM 'array' THEN
+      PERFORM "tusk".arg_refuse(p_at || '.dependsOn', 'must be an array of job ids (got ' || "tusk".arg_describe(v_deps) || ')');
+    ELSIF jsonb_array_length(v_deps) > 10000 THEN
+      PERFORM "tusk".arg_refuse(p_at || '.dependsOn', 'must list at most 10000 jobs');
+    END IF;
+    -- a positive integer in bigint's range: a JSON number, or a string of digits (as the library writes ids)
+    SELECT a.k, a.v INTO v_bad FROM jsonb_array_elements(v_deps) WITH ORDINALITY AS a(v, k)
+    WHERE NOT CASE
+      WHEN jsonb_typeof(a.v) = 'number' THEN a.v::numeric = trunc(a.v::numeric) AND a.v::numeric BETWEEN 1 AND 9223372036854775807
+      WHEN jsonb_typeof(a.v) = 'string' THEN (a.v #>> '{}') ~ '^[1-9][0-9]{0,18}$' AND (a.v #>> '{}')::numeric <= 9223372036854775807
+      ELSE false END
+    ORDER BY a.k LIMIT 1;
+    IF FOUND THEN
+      PERFORM "tusk".arg_refuse(p_at || '.dependsOn[' || (v_bad.k - 1) || ']',
+        'must be a job id: a positive integer (got ' || "tusk".arg_describe(v_bad.v) || ')');
+    END IF;
+    IF jsonb_array_length(v_deps) > 0 THEN
+      IF o ? 'dedupKey' THEN
+        PERFORM "tusk".arg_refuse(p_at, 'has dependsOn and dedupKey: a job with dependencies is not deduplicated');
+      END IF;
+      r := r || jsonb_build_object('deps_at', p_at || '.dependsOn', 'depends_on',
+        (SELECT jsonb_agg(to_jsonb((a.v #>> '{}')::numeric::bigint) ORDER BY a.k)
+         FROM jsonb_array_elements(v_deps) WITH ORDINALITY AS a(v, k)));
+    END IF;
+  END IF;
+  IF o ? 'onDependencyFailure' THEN
+    IF NOT o ? 'dependsOn' THEN
+      PERFORM "tusk".arg_refuse(p_at || '.onDependencyFailure', 'is for a job with dependencies: give dependsOn too');
+    ELSIF (o -> 'onDependencyFailure') NOT IN ('"cancel"', '"continue"') THEN
+      PERFORM "tusk".arg_refuse(p_at || '.onDependencyFailure', 'must be ''cancel'' or ''continue'' (got '
+        || "tusk".arg_describe(o -> 'onDependencyFailure') || ')');
+    END IF;
+    r := r || jsonb_build_object('on_dependency_failure', o ->> 'onDependencyFailure');
   END IF;
 
   IF o ? 'source' THEN
