@@ -20,10 +20,12 @@ claim before 000023, 5.89 -> 3.69 ms after. Each lease draws a fencing token fro
 the lease_tokens sequence, never reissued (000013).';
 
 COMMENT ON FUNCTION :SCHEMA.finish_jobs(:SCHEMA.job_state, jsonb, boolean) IS
-'Settles the outcomes of running jobs in one statement, fenced by lease token (an outcome
-of a lease that was lost changes nothing), moves them to job_history with their result,
-errors, stats and progress, and announces their ids on <schema>:done (at most 900 a
-notification) for waitFor and the event stream (000005, 000013, 000020, 000022).';
+'Settles the outcomes of running jobs, fenced by lease token (an outcome of a lease that
+was lost changes nothing): moves them to job_history with their result, errors, stats and
+progress (move_to_history), then settles their dependents (settle_dependents: counted down
+under row locks in id order, made available at zero, or cancelled up a flow when a
+dependency failed), and announces their ids on <schema>:done (at most 900 a notification)
+for waitFor and the event stream (000005, 000013, 000020, 000022, 000025).';
 
 COMMENT ON FUNCTION :SCHEMA.maintain(integer) IS
 'The queue''s upkeep, one process at a time (advisory lock): gives back the jobs of leases

@@ -344,6 +344,9 @@ CREATE TABLE tusk.jobs (
     debounce_until timestamp with time zone,
     progress jsonb,
     avail_xid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    depends_on bigint[],
+    waiting_on integer DEFAULT 0 NOT NULL,
+    on_dependency_failure text,
     CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts > 0)),
     CONSTRAINT jobs_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
     CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['scheduled'::tusk.job_state, 'available'::tusk.job_state, 'running'::tusk.job_state, 'failed'::tusk.job_state]))),
@@ -848,6 +851,14 @@ CREATE FUNCTION tusk.enqueue_entries(p_entries jsonb) RETURNS TABLE(id bigint, d
     LANGUAGE plpgsql
     AS $$
 BEGIN
+  IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_entries) e WHERE e ? 'depends_on') THEN
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_entries) e WHERE e ? 'dedup_key') THEN
+      PERFORM "tusk".arg_refuse('jobs', 'has jobs with dependencies (dependsOn) and deduplicated jobs (dedupKey): '
+        || 'enqueue them in separate calls');
+    END IF;
+    RETURN QUERY SELECT f.id, false FROM "tusk".enqueue_flow(p_entries) WITH ORDINALITY AS f(id, n) ORDER BY f.n;
+    RETURN;
+  END IF;
   IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_entries) e WHERE e ? 'dedup_key') THEN
     RETURN QUERY SELECT d.id, d.deduplicated FROM "tusk".enqueue_dedup(p_entries) d ORDER BY d.ord;
     RETURN;
@@ -910,9 +921,12 @@ DECLARE
   v_retry_attempts bigint;
   v_source jsonb;
   v_id jsonb;
+  v_deps jsonb;
+  v_bad record;
 BEGIN
   PERFORM "tusk".arg_object(o, p_at, ARRAY['tenant', 'queue', 'priority', 'runAt', 'delayMs', 'maxAttempts',
-    'expiresAt', 'concurrencyKey', 'dedupe', 'dedupKey', 'dedupWindowMs', 'source', 'retry']
+    'expiresAt', 'concurrencyKey', 'dedupe', 'dedupKey', 'dedupWindowMs', 'source', 'retry', 'dependsOn',
+    'onDependencyFailure']
     || CASE WHEN p_entry THEN ARRAY['task', 'payload'] ELSE '{}'::text[] END);
   IF p_task IS NULL THEN
     PERFORM "tusk".arg_refuse(v_task_at, 'is required (a string of 1 to 200 characters)');
@@ -958,6 +972,43 @@ BEGIN
   IF o ? 'dedupWindowMs' THEN
     r := r || jsonb_build_object('dedup_window_ms',
       "tusk".arg_integer(o -> 'dedupWindowMs', p_at || '.dedupWindowMs', 0, c_max_delay));
+  END IF;
+
+  IF o ? 'dependsOn' THEN
+    v_deps := o -> 'dependsOn';
+    IF jsonb_typeof(v_deps) IS DISTINCT FROM 'array' THEN
+      PERFORM "tusk".arg_refuse(p_at || '.dependsOn', 'must be an array of job ids (got ' || "tusk".arg_describe(v_deps) || ')');
+    ELSIF jsonb_array_length(v_deps) > 10000 THEN
+      PERFORM "tusk".arg_refuse(p_at || '.dependsOn', 'must list at most 10000 jobs');
+    END IF;
+    -- a positive integer in bigint's range: a JSON number, or a string of digits (as the library writes ids)
+    SELECT a.k, a.v INTO v_bad FROM jsonb_array_elements(v_deps) WITH ORDINALITY AS a(v, k)
+    WHERE NOT CASE
+      WHEN jsonb_typeof(a.v) = 'number' THEN a.v::numeric = trunc(a.v::numeric) AND a.v::numeric BETWEEN 1 AND 9223372036854775807
+      WHEN jsonb_typeof(a.v) = 'string' THEN (a.v #>> '{}') ~ '^[1-9][0-9]{0,18}$' AND (a.v #>> '{}')::numeric <= 9223372036854775807
+      ELSE false END
+    ORDER BY a.k LIMIT 1;
+    IF FOUND THEN
+      PERFORM "tusk".arg_refuse(p_at || '.dependsOn[' || (v_bad.k - 1) || ']',
+        'must be a job id: a positive integer (got ' || "tusk".arg_describe(v_bad.v) || ')');
+    END IF;
+    IF jsonb_array_length(v_deps) > 0 THEN
+      IF o ? 'dedupKey' THEN
+        PERFORM "tusk".arg_refuse(p_at, 'has dependsOn and dedupKey: a job with dependencies is not deduplicated');
+      END IF;
+      r := r || jsonb_build_object('deps_at', p_at || '.dependsOn', 'depends_on',
+        (SELECT jsonb_agg(to_jsonb((a.v #>> '{}')::numeric::bigint) ORDER BY a.k)
+         FROM jsonb_array_elements(v_deps) WITH ORDINALITY AS a(v, k)));
+    END IF;
+  END IF;
+  IF o ? 'onDependencyFailure' THEN
+    IF NOT o ? 'dependsOn' THEN
+      PERFORM "tusk".arg_refuse(p_at || '.onDependencyFailure', 'is for a job with dependencies: give dependsOn too');
+    ELSIF (o -> 'onDependencyFailure') NOT IN ('"cancel"', '"continue"') THEN
+      PERFORM "tusk".arg_refuse(p_at || '.onDependencyFailure', 'must be ''cancel'' or ''continue'' (got '
+        || "tusk".arg_describe(o -> 'onDependencyFailure') || ')');
+    END IF;
+    r := r || jsonb_build_object('on_dependency_failure', o ->> 'onDependencyFailure');
   END IF;
 
   IF o ? 'source' THEN
@@ -1027,6 +1078,75 @@ BEGIN
   END IF;
   RETURN r || jsonb_build_object('payload', v_payload);
 END $_$;
+
+--
+-- Name: enqueue_flow(jsonb); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.enqueue_flow(p_entries jsonb) RETURNS SETOF bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_ids bigint[];
+  v_links jsonb;
+  v_bad record;
+BEGIN
+  -- rows are inserted in array order and identity values drawn in insert order, so the
+  -- sorted ids are in input order; waiting ones as scheduled until wait_for says
+  WITH ins AS (
+    INSERT INTO "tusk".jobs AS j (tenant, queue, task, payload, priority, state, run_at, max_attempts,
+                                   concurrency_key, expires_at, retry, source_type, source_id, source_method,
+                                   on_dependency_failure)
+    SELECT coalesce(x.tenant, 'default'), coalesce(x.queue, 'default'), x.task,
+           coalesce(x.payload, 'null'), coalesce(x.priority, 0),
+           CASE WHEN r.run_at > now() OR x.depends_on IS NOT NULL OR x.after IS NOT NULL THEN 'scheduled'
+                ELSE 'available' END::"tusk".job_state,
+           r.run_at, coalesce(x.max_attempts, 5), coalesce(x.concurrency_key, ''), x.expires_at, x.retry,
+           x.source_type, x.source_id, x.source_method,
+           CASE WHEN x.depends_on IS NOT NULL OR x.after IS NOT NULL THEN x.on_dependency_failure END
+    FROM jsonb_to_recordset(p_entries) AS x(
+           task text, payload jsonb, tenant text, queue text, priority smallint,
+           run_at timestamptz, delay_ms bigint, max_attempts integer, concurrency_key text,
+           expires_at timestamptz, retry jsonb, source_type text, source_id text, source_method text,
+           depends_on jsonb, after jsonb, on_dependency_failure text)
+    CROSS JOIN LATERAL (
+      SELECT coalesce(x.run_at, now() + coalesce(x.delay_ms, 0) * interval '1 millisecond') AS run_at) r
+    RETURNING j.id)
+  SELECT array_agg(ins.id ORDER BY ins.id) INTO v_ids FROM ins;
+  IF v_ids IS NULL THEN RETURN; END IF;
+
+  -- a job depends only on jobs that existed before it, or on earlier entries (`after`):
+  -- no cycle can form
+  SELECT x.at, a.k, a.v INTO v_bad
+  FROM ROWS FROM (jsonb_to_recordset(p_entries) AS (depends_on jsonb, deps_at text)) WITH ORDINALITY AS x(depends_on, at, n)
+  CROSS JOIN LATERAL jsonb_array_elements(coalesce(x.depends_on, '[]')) WITH ORDINALITY AS a(v, k)
+  WHERE (a.v #>> '{}')::bigint = ANY (v_ids)
+  LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', COLUMN = v_bad.at || '[' || (v_bad.k - 1) || ']',
+      MESSAGE = 'tusk: ' || v_bad.at || '[' || (v_bad.k - 1) || '] is a job of this same call (' || v_bad.v
+                || '): a job depends only on jobs enqueued before it';
+  END IF;
+  IF EXISTS (SELECT 1 FROM ROWS FROM (jsonb_to_recordset(p_entries) AS (after jsonb)) WITH ORDINALITY AS x(after, n)
+             CROSS JOIN LATERAL jsonb_array_elements(coalesce(x.after, '[]')) AS a(v)
+             WHERE (a.v #>> '{}')::bigint NOT BETWEEN 0 AND x.n - 2) THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+      MESSAGE = 'tusk: after must list indexes of earlier entries';
+  END IF;
+
+  SELECT jsonb_agg(jsonb_build_object('id', v_ids[x.n], 'deps', d.deps, 'at', coalesce(x.at, 'dependsOn')))
+  INTO v_links
+  FROM ROWS FROM (jsonb_to_recordset(p_entries) AS (depends_on jsonb, after jsonb, deps_at text))
+       WITH ORDINALITY AS x(depends_on, after, at, n)
+  CROSS JOIN LATERAL (
+    SELECT coalesce(x.depends_on, '[]') || coalesce((
+      SELECT jsonb_agg(to_jsonb(v_ids[(a.v #>> '{}')::integer + 1]) ORDER BY a.k)
+      FROM jsonb_array_elements(x.after) WITH ORDINALITY AS a(v, k)), '[]') AS deps) d
+  WHERE x.depends_on IS NOT NULL OR x.after IS NOT NULL;
+  PERFORM "tusk".wait_for(v_links, true);
+  RETURN QUERY SELECT unnest(v_ids);
+END $$;
 
 --
 -- Name: enqueue_job(text, jsonb, jsonb); Type: FUNCTION; Schema: tusk; Owner: -
@@ -1181,46 +1301,9 @@ BEGIN
   IF p_async_commit THEN
     SET LOCAL synchronous_commit = off;
   END IF;
-  -- plpgsql, not sql: PostgreSQL < 18 plans a SQL function's body again on every call
-  WITH input AS (
-    SELECT * FROM jsonb_to_recordset(p_jobs) AS x(
-      id bigint, token bigint, result jsonb, stats jsonb, error jsonb,
-      run_ms bigint, queued_ms bigint, progress jsonb)
-  ),
-  done AS (
-    DELETE FROM "tusk".jobs j USING input i
-    WHERE j.id = i.id
-      AND CASE WHEN i.token IS NULL THEN j.state <> 'running'
-               ELSE j.state = 'running' AND j.lease_token = i.token END
-    RETURNING j.*, i.result AS new_result, i.stats AS new_stats, i.error AS new_error,
-              i.run_ms AS new_run_ms, coalesce(i.queued_ms, 0) AS new_queued_ms, i.progress AS new_progress
-  ),
-  history AS (
-    INSERT INTO "tusk".job_history (
-      id, tenant, queue, task, payload, priority, state, attempts, max_attempts,
-      concurrency_key, dedup_key, created_at, run_at, started_at, finished_at, expires_at,
-      wait_ms, run_ms, result, errors, stats, source_type, source_id, source_method, retry, progress)
-    SELECT d.id, d.tenant, d.queue, d.task, d.payload, d.priority,
-      CASE WHEN p_state = 'dead' AND d.cancel_requested THEN 'cancelled' ELSE p_state END,
-      d.attempts, d.max_attempts, d.concurrency_key, d.dedup_key, d.created_at, d.run_at,
-      d.started_at + least(d.new_queued_ms, 2147483647) * interval '1 millisecond',
-      now(),
-      d.expires_at,
-      CASE WHEN d.started_at IS NOT NULL THEN "tusk".capped_ms(d.run_at, d.started_at, d.new_queued_ms) END,
-      -- an external consumer acking does not know its run time: from the claim on
-      CASE WHEN d.new_run_ms IS NOT NULL THEN least(greatest(d.new_run_ms, 0), 2147483647)::integer
-           WHEN d.started_at IS NOT NULL THEN "tusk".capped_ms(d.started_at, now()) END,
-      d.new_result,
-      "tusk".append_error(d.errors, d.new_error),
-      CASE WHEN d.new_stats IS NULL THEN d.stats ELSE coalesce(d.stats, '{}') || d.new_stats END,
-      d.source_type, d.source_id, d.source_method, d.retry, coalesce(d.new_progress, d.progress)
-    FROM done d
-  )
-  SELECT array_agg(d.id) INTO v_ids FROM done d;
+  v_ids := "tusk".move_to_history(p_state, p_jobs);
   IF v_ids IS NULL THEN RETURN; END IF;
-  -- for waitFor(): the finished ids, at most 900 a notification (a payload holds 8000 bytes)
-  PERFORM pg_notify('tusk' || ':done', string_agg(u.x::text, ',' ORDER BY u.n))
-  FROM unnest(v_ids) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 900;
+  PERFORM "tusk".settle_dependents(v_ids, p_state = 'succeeded');
   RETURN QUERY SELECT unnest(v_ids);
 END $$;
 
@@ -1228,10 +1311,12 @@ END $$;
 -- Name: FUNCTION finish_jobs(p_state tusk.job_state, p_jobs jsonb, p_async_commit boolean); Type: COMMENT; Schema: tusk; Owner: -
 --
 
-COMMENT ON FUNCTION tusk.finish_jobs(p_state tusk.job_state, p_jobs jsonb, p_async_commit boolean) IS 'Settles the outcomes of running jobs in one statement, fenced by lease token (an outcome
-of a lease that was lost changes nothing), moves them to job_history with their result,
-errors, stats and progress, and announces their ids on <schema>:done (at most 900 a
-notification) for waitFor and the event stream (000005, 000013, 000020, 000022).';
+COMMENT ON FUNCTION tusk.finish_jobs(p_state tusk.job_state, p_jobs jsonb, p_async_commit boolean) IS 'Settles the outcomes of running jobs, fenced by lease token (an outcome of a lease that
+was lost changes nothing): moves them to job_history with their result, errors, stats and
+progress (move_to_history), then settles their dependents (settle_dependents: counted down
+under row locks in id order, made available at zero, or cancelled up a flow when a
+dependency failed), and announces their ids on <schema>:done (at most 900 a notification)
+for waitFor and the event stream (000005, 000013, 000020, 000022, 000025).';
 
 --
 -- Name: fire_schedule(text, timestamp with time zone, timestamp with time zone[], timestamp with time zone); Type: FUNCTION; Schema: tusk; Owner: -
@@ -1485,6 +1570,62 @@ BEGIN
 END $$;
 
 --
+-- Name: move_to_history(tusk.job_state, jsonb); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.move_to_history(p_state tusk.job_state, p_jobs jsonb) RETURNS bigint[]
+    LANGUAGE plpgsql
+    SET jit TO 'off'
+    SET plan_cache_mode TO 'force_custom_plan'
+    AS $$
+DECLARE
+  v_ids bigint[];
+BEGIN
+  WITH input AS (
+    SELECT * FROM jsonb_to_recordset(p_jobs) AS x(
+      id bigint, token bigint, result jsonb, stats jsonb, error jsonb,
+      run_ms bigint, queued_ms bigint, progress jsonb)
+  ),
+  done AS (
+    DELETE FROM "tusk".jobs j USING input i
+    WHERE j.id = i.id
+      AND CASE WHEN i.token IS NULL THEN j.state <> 'running'
+               ELSE j.state = 'running' AND j.lease_token = i.token END
+    RETURNING j.*, i.result AS new_result, i.stats AS new_stats, i.error AS new_error,
+              i.run_ms AS new_run_ms, coalesce(i.queued_ms, 0) AS new_queued_ms, i.progress AS new_progress
+  ),
+  history AS (
+    INSERT INTO "tusk".job_history (
+      id, tenant, queue, task, payload, priority, state, attempts, max_attempts,
+      concurrency_key, dedup_key, created_at, run_at, started_at, finished_at, expires_at,
+      wait_ms, run_ms, result, errors, stats, source_type, source_id, source_method, retry, progress,
+      depends_on, on_dependency_failure)
+    SELECT d.id, d.tenant, d.queue, d.task, d.payload, d.priority,
+      CASE WHEN p_state = 'dead' AND d.cancel_requested THEN 'cancelled' ELSE p_state END,
+      d.attempts, d.max_attempts, d.concurrency_key, d.dedup_key, d.created_at, d.run_at,
+      d.started_at + least(d.new_queued_ms, 2147483647) * interval '1 millisecond',
+      now(),
+      d.expires_at,
+      CASE WHEN d.started_at IS NOT NULL THEN "tusk".capped_ms(d.run_at, d.started_at, d.new_queued_ms) END,
+      -- an external consumer acking does not know its run time: from the claim on
+      CASE WHEN d.new_run_ms IS NOT NULL THEN least(greatest(d.new_run_ms, 0), 2147483647)::integer
+           WHEN d.started_at IS NOT NULL THEN "tusk".capped_ms(d.started_at, now()) END,
+      d.new_result,
+      "tusk".append_error(d.errors, d.new_error),
+      CASE WHEN d.new_stats IS NULL THEN d.stats ELSE coalesce(d.stats, '{}') || d.new_stats END,
+      d.source_type, d.source_id, d.source_method, d.retry, coalesce(d.new_progress, d.progress),
+      d.depends_on, d.on_dependency_failure
+    FROM done d
+  )
+  SELECT array_agg(d.id) INTO v_ids FROM done d;
+  IF v_ids IS NULL THEN RETURN NULL; END IF;
+  -- for waitFor(): the finished ids, at most 900 a notification (a payload holds 8000 bytes)
+  PERFORM pg_notify('tusk' || ':done', string_agg(u.x::text, ',' ORDER BY u.n))
+  FROM unnest(v_ids) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 900;
+  RETURN v_ids;
+END $$;
+
+--
 -- Name: nack_job(bigint, bigint, integer, jsonb); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -1519,7 +1660,7 @@ CREATE FUNCTION tusk.next_due_at() RETURNS timestamp with time zone
     LANGUAGE sql STABLE
     AS $$
   SELECT least(
-    (SELECT min(j.run_at) FROM "tusk".jobs j WHERE j.state IN ('scheduled', 'failed')),
+    (SELECT min(j.run_at) FROM "tusk".jobs j WHERE j.state IN ('scheduled', 'failed') AND j.waiting_on = 0),
     (SELECT to_timestamp(min((t.rate_window + 1) * t.rate_per_ms) / 1000.0) FROM "tusk".tenants t
      WHERE t.rate_limit IS NOT NULL AND t.rate_used >= t.rate_limit
        AND t.rate_window >= "tusk".rate_window(t.rate_per_ms, now())))
@@ -1620,7 +1761,7 @@ DECLARE
 BEGIN
   WITH due AS (
     SELECT j.id FROM "tusk".jobs j
-    WHERE j.state IN ('scheduled', 'failed') AND j.run_at <= v_now
+    WHERE j.state IN ('scheduled', 'failed') AND j.waiting_on = 0 AND j.run_at <= v_now
     ORDER BY j.run_at LIMIT p_limit
     FOR UPDATE SKIP LOCKED
   )
@@ -2061,8 +2202,10 @@ CREATE FUNCTION tusk.retry_jobs(p_ids bigint[]) RETURNS TABLE(id bigint)
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_custom_plan'
     AS $$
+DECLARE
+  v_ids bigint[];
+  v_links jsonb;
 BEGIN
-  RETURN QUERY
   WITH waiting AS (
     UPDATE "tusk".jobs j SET state = 'available', run_at = now(), attempts = 0
     WHERE j.id = ANY (p_ids) AND j.state = 'failed'
@@ -2076,19 +2219,30 @@ BEGIN
   back AS (
     INSERT INTO "tusk".jobs (id, tenant, queue, task, payload, priority, state, run_at, attempts,
                               max_attempts, concurrency_key, expires_at, created_at, errors, stats,
-                              source_type, source_id, source_method, retry, dedup_key)
+                              source_type, source_id, source_method, retry, dedup_key,
+                              depends_on, on_dependency_failure)
     SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
            r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
            r.source_type, r.source_id, r.source_method, r.retry,
            CASE WHEN NOT EXISTS (SELECT 1 FROM "tusk".jobs o
                                  WHERE o.tenant = r.tenant AND o.dedup_key = r.dedup_key)
-                THEN r.dedup_key END
+                THEN r.dedup_key END,
+           r.depends_on, r.on_dependency_failure
     FROM revived r
-    RETURNING jobs.id
+    RETURNING jobs.id, jobs.depends_on
+  ),
+  links AS (
+    SELECT jsonb_agg(jsonb_build_object('id', b.id, 'deps', to_jsonb(b.depends_on))) AS links
+    FROM back b WHERE b.depends_on IS NOT NULL
   )
-  SELECT w.id FROM waiting w UNION ALL SELECT b.id FROM back b;
-  IF FOUND THEN
+  SELECT (SELECT array_agg(w.id) FROM waiting w) || (SELECT array_agg(b.id) FROM back b), (SELECT l.links FROM links l)
+  INTO v_ids, v_links;
+  IF v_links IS NOT NULL THEN
+    PERFORM "tusk".wait_for(v_links, false);
+  END IF;
+  IF v_ids IS NOT NULL THEN
     PERFORM pg_notify('tusk' || ':jobs', '');
+    RETURN QUERY SELECT unnest(v_ids);
   END IF;
 END $$;
 
@@ -2213,6 +2367,74 @@ BEGIN
 END $$;
 
 --
+-- Name: settle_dependents(bigint[], boolean); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.settle_dependents(p_ids bigint[], p_succeeded boolean) RETURNS void
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_custom_plan'
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+  v_ids bigint[] := p_ids;
+  v_ok boolean := p_succeeded;
+  v_dependents bigint[];
+  v_counts integer[];
+  v_firsts bigint[];
+  v_cancel jsonb;
+  v_released integer := 0;
+  v_n integer;
+BEGIN
+  LOOP
+    -- the edges from the jobs that ended, consumed
+    WITH gone AS (
+      DELETE FROM "tusk".job_deps d WHERE d.dependency = ANY (v_ids)
+      RETURNING d.dependency, d.dependent
+    )
+    SELECT array_agg(g.dependent ORDER BY g.dependent), array_agg(g.n ORDER BY g.dependent),
+           array_agg(g.first ORDER BY g.dependent)
+    INTO v_dependents, v_counts, v_firsts
+    FROM (SELECT gone.dependent, count(*)::integer AS n, min(gone.dependency) AS first
+          FROM gone GROUP BY gone.dependent) g;
+    EXIT WHEN v_dependents IS NULL;
+    -- the dependents, locked in id order (two transactions counting down the same ones
+    -- never wait for each other in a cycle); NO KEY UPDATE, as the update below: an
+    -- enqueue holding one of them as a dependency (KEY SHARE) does not hold this back
+    PERFORM 1 FROM (SELECT j.id FROM "tusk".jobs j WHERE j.id = ANY (v_dependents)
+                    ORDER BY j.id FOR NO KEY UPDATE) l;
+    WITH counted AS (
+      UPDATE "tusk".jobs j SET
+        waiting_on = j.waiting_on - x.n,
+        run_at = CASE WHEN j.waiting_on = x.n THEN greatest(j.run_at, now()) ELSE j.run_at END,
+        state = CASE WHEN j.waiting_on = x.n AND j.run_at <= now() THEN 'available' ELSE j.state END
+      FROM unnest(v_dependents, v_counts) AS x(id, n)
+      WHERE j.id = x.id AND j.waiting_on > 0
+        AND (v_ok OR j.on_dependency_failure = 'continue')
+      RETURNING j.state
+    )
+    SELECT count(*) FILTER (WHERE counted.state = 'available') INTO v_n FROM counted;
+    v_released := v_released + v_n;
+    EXIT WHEN v_ok;
+    -- a dependency failed: the waiting dependents that do not go on end cancelled
+    SELECT jsonb_agg(jsonb_build_object('id', j.id, 'error', jsonb_build_object(
+             'attempt', j.attempts, 'at', now(), 'name', 'DependencyFailedError',
+             'message', 'job ' || x.first || ', which it depends on, ended '
+                        || coalesce((SELECT h.state::text FROM "tusk".job_history h
+                                     WHERE h.id = x.first LIMIT 1), 'unsuccessfully'))))
+    INTO v_cancel
+    FROM unnest(v_dependents, v_firsts) AS x(id, first)
+    JOIN "tusk".jobs j ON j.id = x.id
+    WHERE j.waiting_on > 0 AND coalesce(j.on_dependency_failure, 'cancel') = 'cancel';
+    EXIT WHEN v_cancel IS NULL;
+    v_ids := "tusk".move_to_history('cancelled', v_cancel);
+    EXIT WHEN v_ids IS NULL;
+  END LOOP;
+  IF v_released > 0 THEN
+    PERFORM pg_notify('tusk' || ':jobs', '');
+  END IF;
+END $$;
+
+--
 -- Name: take_up_arrivals(); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -2266,6 +2488,118 @@ CREATE FUNCTION tusk.unregister_worker(p_id integer) RETURNS void
 BEGIN
   DELETE FROM "tusk".workers WHERE id = p_id;
   PERFORM pg_advisory_unlock(hashtext('tusk'), p_id);
+END $$;
+
+--
+-- Name: wait_for(jsonb, boolean); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.wait_for(p_links jsonb, p_strict boolean) RETURNS void
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_custom_plan'
+    AS $$
+DECLARE
+  v_from bigint[];
+  v_to bigint[];
+  v_ks integer[];
+  v_ats text[];
+  v_deps bigint[];
+  v_open bigint[];
+  v_free bigint[];
+  v_held bigint;
+  v_ended bigint[];
+  v_states "tusk".job_state[];
+  v_bad record;
+  v_cancel jsonb;
+BEGIN
+  SELECT array_agg(l.id), array_agg(d.dep), array_agg(d.k), array_agg(l.at)
+  INTO v_from, v_to, v_ks, v_ats
+  FROM jsonb_to_recordset(p_links) AS l(id bigint, deps jsonb, at text)
+  CROSS JOIN LATERAL (
+    SELECT (a.v #>> '{}')::bigint AS dep, a.k::integer AS k
+    FROM jsonb_array_elements(l.deps) WITH ORDINALITY AS a(v, k)) d;
+  IF v_from IS NULL THEN RETURN; END IF;
+  SELECT array_agg(DISTINCT x ORDER BY x) INTO v_deps FROM unnest(v_to) x;
+
+  -- The dependencies still in `jobs`, locked all at once or none: a finishing batch
+  -- deletes its rows in no set order, so waiting for one while holding others could close
+  -- a cycle with it. When one is held (being finished, claimed, cancelled), wait for that
+  -- one alone, holding none of them, and try again.
+  LOOP
+    BEGIN
+      SELECT coalesce(array_agg(l.id), '{}') INTO v_open FROM (
+        SELECT j.id FROM "tusk".jobs j WHERE j.id = ANY (v_deps) ORDER BY j.id FOR KEY SHARE NOWAIT) l;
+      EXIT;
+    EXCEPTION WHEN lock_not_available THEN
+      NULL;
+    END;
+    v_held := NULL;
+    BEGIN
+      SELECT coalesce(array_agg(l.id), '{}') INTO v_free FROM (
+        SELECT j.id FROM "tusk".jobs j WHERE j.id = ANY (v_deps) FOR KEY SHARE SKIP LOCKED) l;
+      SELECT min(j.id) INTO v_held FROM "tusk".jobs j WHERE j.id = ANY (v_deps) AND j.id <> ALL (v_free);
+      RAISE EXCEPTION USING ERRCODE = 'TK001';  -- rolls the locks back
+    EXCEPTION WHEN SQLSTATE 'TK001' THEN
+      NULL;
+    END;
+    IF v_held IS NOT NULL THEN
+      BEGIN
+        PERFORM 1 FROM "tusk".jobs j WHERE j.id = v_held FOR KEY SHARE;  -- waits for its holder
+        RAISE EXCEPTION USING ERRCODE = 'TK001';
+      EXCEPTION WHEN SQLSTATE 'TK001' THEN
+        NULL;
+      END;
+    END IF;
+  END LOOP;
+
+  -- the others have ended: how (a statement of its own, which sees a finish that committed
+  -- while a lock above waited)
+  SELECT coalesce(array_agg(h.id), '{}'), coalesce(array_agg(h.state), '{}') INTO v_ended, v_states
+  FROM (SELECT DISTINCT ON (h.id) h.id, h.state FROM "tusk".job_history h
+        WHERE h.id = ANY (v_deps) AND h.id <> ALL (v_open)
+        ORDER BY h.id, h.finished_at DESC) h;
+  IF p_strict THEN
+    SELECT t.at, t.k, t.dep INTO v_bad
+    FROM unnest(v_ats, v_ks, v_to) AS t(at, k, dep)
+    WHERE t.dep <> ALL (v_open) AND t.dep <> ALL (v_ended)
+    ORDER BY t.at, t.k LIMIT 1;
+    IF FOUND THEN
+      RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', COLUMN = v_bad.at || '[' || (v_bad.k - 1) || ']',
+        MESSAGE = 'tusk: ' || v_bad.at || '[' || (v_bad.k - 1) || '] is not a job: no job has id ' || v_bad.dep
+                  || ' (never enqueued, not committed yet, or finished and its history deleted)';
+    END IF;
+  END IF;
+
+  INSERT INTO "tusk".job_deps (dependency, dependent)
+  SELECT DISTINCT t.dep, t.id FROM unnest(v_from, v_to) AS t(id, dep) WHERE t.dep = ANY (v_open)
+  ON CONFLICT DO NOTHING;
+
+  WITH edges AS (
+    SELECT t.id, t.dep, min(t.k) AS k FROM unnest(v_from, v_to, v_ks) AS t(id, dep, k) GROUP BY t.id, t.dep
+  ),
+  per AS (
+    SELECT e.id, array_agg(e.dep ORDER BY e.k) AS deps,
+           count(*) FILTER (WHERE e.dep = ANY (v_open))::integer AS n,
+           min(e.dep) FILTER (WHERE s.state <> 'succeeded') AS failed
+    FROM edges e LEFT JOIN unnest(v_ended, v_states) AS s(id, state) ON s.id = e.dep
+    GROUP BY e.id
+  ),
+  linked AS (
+    UPDATE "tusk".jobs j SET depends_on = p.deps, waiting_on = p.n,
+      state = CASE WHEN p.n = 0 AND j.run_at <= now() THEN 'available' ELSE 'scheduled' END::"tusk".job_state
+    FROM per p WHERE j.id = p.id
+    RETURNING j.id, j.attempts, j.on_dependency_failure, p.failed
+  )
+  SELECT jsonb_agg(jsonb_build_object('id', k.id, 'error', jsonb_build_object(
+           'attempt', k.attempts, 'at', now(), 'name', 'DependencyFailedError',
+           'message', 'job ' || k.failed || ', which it depends on, ended '
+                      || (SELECT s.state::text FROM unnest(v_ended, v_states) AS s(id, state) WHERE s.id = k.failed))))
+  INTO v_cancel
+  FROM linked k
+  WHERE k.failed IS NOT NULL AND coalesce(k.on_dependency_failure, 'cancel') = 'cancel';
+  IF v_cancel IS NOT NULL THEN
+    PERFORM 1 FROM "tusk".finish_jobs('cancelled', v_cancel);
+  END IF;
 END $$;
 
 --
@@ -2336,6 +2670,15 @@ CREATE TABLE tusk.drainer_lease (
 );
 
 --
+-- Name: job_deps; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.job_deps (
+    dependency bigint NOT NULL,
+    dependent bigint NOT NULL
+);
+
+--
 -- Name: job_history; Type: TABLE; Schema: tusk; Owner: -
 --
 
@@ -2366,6 +2709,8 @@ CREATE TABLE tusk.job_history (
     source_method text,
     retry jsonb,
     progress jsonb,
+    depends_on bigint[],
+    on_dependency_failure text,
     CONSTRAINT job_history_state_check CHECK ((state = ANY (ARRAY['succeeded'::tusk.job_state, 'dead'::tusk.job_state, 'cancelled'::tusk.job_state, 'expired'::tusk.job_state])))
 )
 PARTITION BY RANGE (finished_at);
@@ -2401,6 +2746,8 @@ CREATE TABLE tusk.job_history_default (
     source_method text,
     retry jsonb,
     progress jsonb,
+    depends_on bigint[],
+    on_dependency_failure text,
     CONSTRAINT job_history_state_check CHECK ((state = ANY (ARRAY['succeeded'::tusk.job_state, 'dead'::tusk.job_state, 'cancelled'::tusk.job_state, 'expired'::tusk.job_state])))
 );
 
@@ -2737,6 +3084,20 @@ ALTER TABLE ONLY tusk.drainer_lease
     ADD CONSTRAINT drainer_lease_pkey PRIMARY KEY (singleton);
 
 --
+-- Name: job_deps job_deps_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.job_deps
+    ADD CONSTRAINT job_deps_pkey PRIMARY KEY (dependency, dependent);
+
+--
+-- Name: jobs jobs_on_dependency_failure_check; Type: CHECK CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE tusk.jobs
+    ADD CONSTRAINT jobs_on_dependency_failure_check CHECK ((on_dependency_failure = ANY (ARRAY['cancel'::text, 'continue'::text]))) NOT VALID;
+
+--
 -- Name: jobs jobs_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
 --
 
@@ -2749,6 +3110,13 @@ ALTER TABLE ONLY tusk.jobs
 
 ALTER TABLE tusk.jobs
     ADD CONSTRAINT jobs_source_check CHECK ((((source_type IS NULL) AND (source_id IS NULL) AND (source_method IS NULL)) OR (((length(source_type) >= 1) AND (length(source_type) <= 128)) AND ((length(source_id) >= 1) AND (length(source_id) <= 256)) AND COALESCE(((length(source_method) >= 1) AND (length(source_method) <= 128)), true)))) NOT VALID;
+
+--
+-- Name: jobs jobs_waiting_check; Type: CHECK CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE tusk.jobs
+    ADD CONSTRAINT jobs_waiting_check CHECK (((waiting_on >= 0) AND ((waiting_on = 0) OR (state = 'scheduled'::tusk.job_state)))) NOT VALID;
 
 --
 -- Name: lane_marks lane_marks_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
@@ -2925,7 +3293,7 @@ CREATE UNIQUE INDEX jobs_dedup ON tusk.jobs USING btree (tenant, dedup_key) WHER
 -- Name: jobs_due; Type: INDEX; Schema: tusk; Owner: -
 --
 
-CREATE INDEX jobs_due ON tusk.jobs USING btree (run_at) WHERE (state = ANY (ARRAY['scheduled'::tusk.job_state, 'failed'::tusk.job_state]));
+CREATE INDEX jobs_due ON tusk.jobs USING btree (run_at) WHERE ((state = ANY (ARRAY['scheduled'::tusk.job_state, 'failed'::tusk.job_state])) AND (waiting_on = 0));
 
 --
 -- Name: jobs_expiring; Type: INDEX; Schema: tusk; Owner: -

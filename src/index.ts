@@ -48,6 +48,7 @@ export {
   type TaskName,
   type TaskPayload,
   type TaskResult,
+  type TypedFlowSpec,
   type TypedJob,
   type TypedJobSpec,
 } from './tasks/define.js';
@@ -56,6 +57,8 @@ export { Tusk, type TuskOptions } from './tusk.js';
 export type {
   Enqueued,
   EnqueueOptions,
+  FlowIds,
+  FlowSpec,
   Job,
   JobError,
   JobSource,
@@ -65,6 +68,7 @@ export type {
   Lease,
   LeasedJob,
   StageOptions,
+  StageSpec,
 } from './types.js';
 export { Upkeep, type UpkeepOptions, type UpkeepReport } from './upkeep/upkeep.js';
 export type { IsolateOptions } from './worker/isolate.js';

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { z } from 'zod';
-import { hasDedup, type JobRecord, jobRecord } from './client/entries.js';
+import { hasDedup, hasDependencies, type JobRecord, jobRecord } from './client/entries.js';
 import { jobId, toClaimed, toJob } from './client/jobs.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES_LIMIT, toJson } from './client/json.js';
 import { Queues } from './client/queues.js';
@@ -13,12 +13,17 @@ import {
   describe,
   enqueueOptionsSchema,
   errorMessageSchema,
+  flowNodeSchema,
   integer,
   jobSpecSchema,
   MAX_DELAY_MS,
+  MAX_DEPENDENCIES,
+  MAX_FLOW_DEPTH,
   nameSchema,
   parse,
   stageOptionsSchema,
+  stageSpecSchema,
+  TOO_DEEP_FLOW,
 } from './client/validate.js';
 import { Waiters } from './client/waiters.js';
 import { jsonArray, type Written, writeRecords } from './client/write.js';
@@ -34,7 +39,7 @@ import { createLogger, type Logger } from './log.js';
 import { type MigrateResult, migrate } from './migrate/migrate.js';
 import { cancelJob } from './queries/cancelJob.js';
 import { maintainHistory, type PruneBatch, selectFinishedJobs } from './queries/history.js';
-import { insertJob, insertJobsDedup } from './queries/insertJobs.js';
+import { insertJob, insertJobsDedup, insertJobsFlow } from './queries/insertJobs.js';
 import { ackJob, extendLease, fetchJobs, leaseState, nackJob } from './queries/leases.js';
 import { retryJobs, selectRetryable } from './queries/retryJobs.js';
 import { selectJob } from './queries/selectJob.js';
@@ -42,12 +47,32 @@ import { countStaged, stageJobs } from './queries/staged.js';
 import { type RecordedDefinition, recordedDefinitions } from './queries/taskDefinitions.js';
 import type { ScheduleOptions } from './schedules/options.js';
 import { type AsyncCalls, type AsyncOptions, asyncCalls } from './tasks/async.js';
-import type { EnqueueArgs, TaskList, TaskName, TaskPayload, TypedJob, TypedJobSpec } from './tasks/define.js';
+import type {
+  EnqueueArgs,
+  TaskList,
+  TaskName,
+  TaskPayload,
+  TypedFlowSpec,
+  TypedJob,
+  TypedJobSpec,
+} from './tasks/define.js';
 import { type TaskDefinition, type Tasks, taskMap, tasksSchema } from './tasks/definition.js';
 import { RecordedTasks } from './tasks/recorded.js';
 import { validateRecord } from './tasks/schema.js';
 import { type SourceOptions, SourceRegistry } from './tasks/sources.js';
-import type { Enqueued, EnqueueOptions, Job, JobSpec, JobState, Lease, LeasedJob, StageOptions } from './types.js';
+import type {
+  Enqueued,
+  EnqueueOptions,
+  FlowIds,
+  FlowSpec,
+  Job,
+  JobSpec,
+  JobState,
+  Lease,
+  LeasedJob,
+  StageOptions,
+  StageSpec,
+} from './types.js';
 import { Upkeep, type UpkeepOptions } from './upkeep/upkeep.js';
 import type { WorkerOptions } from './worker/options.js';
 import { Worker, type WorkerHost } from './worker/worker.js';
@@ -235,17 +260,24 @@ export class Tusk<L extends TaskList = TaskList> {
    * inside your transaction: it commits or rolls back with it. A task with a `schema` has
    * its payload validated first (TuskValidationError listing the bad fields).
    *
+   * With `dependsOn`, the job waits until the jobs it names have ended (see EnqueueOptions).
+   *
    * @example
    * const { id } = await tusk.enqueue('resize', { url }, { tenant: 'acme', delayMs: 5000 });
+   * await tusk.enqueue('publish', { url }, { dependsOn: [id] }); // runs once the resize succeeded
    */
   enqueue<N extends TaskName<L>>(task: N, ...args: EnqueueArgs<TaskPayload<L, N>>): Promise<Enqueued>;
   async enqueue(task: string, ...[payload, options = {}]: [unknown?, EnqueueOptions?]): Promise<Enqueued> {
     const name = parse(nameSchema(200), task, 'task');
     const opts = parse(enqueueOptionsSchema, options, 'options') as EnqueueOptions;
     const definition = (await this.#definitions([name]))(name);
-    const record = jobRecord(name, payload, opts, 'payload', this.#maxPayloadBytes, definition);
+    const record = jobRecord(name, payload, opts, 'payload', this.#maxPayloadBytes, definition, 'options.dependsOn');
     if (definition?.schema) await validateRecord(definition.schema, record, 'payload');
     const client = opts.client && toQueryable(opts.client);
+    if (hasDependencies(record)) {
+      const [id] = await this.#write(client, (db) => insertJobsFlow(db, this.schema, jsonArray([record])));
+      return { id: id as string, deduplicated: false };
+    }
     if (hasDedup(record)) {
       const [row] = await this.#write(client, (db) => insertJobsDedup(db, this.schema, jsonArray([record])));
       return { id: row?.id as string, deduplicated: row?.deduplicated ?? false };
@@ -260,7 +292,9 @@ export class Tusk<L extends TaskList = TaskList> {
    * and one NOTIFY per call; big batches (500+ jobs without delays or deduplication, on a
    * `pg` connection) use COPY, about twice as fast. With deduplication asked for any
    * entry, `deduplicated[i]` says whether entry i matched an existing job (and such
-   * batches take a statement per entry).
+   * batches take a statement per entry). Entries may have `dependsOn`, of jobs enqueued
+   * before this call (for jobs that depend on each other, see `flow`); then none of them
+   * may be deduplicated or debounced.
    *
    * @example
    * const { ids } = await tusk.enqueueMany(users.map((u) => ({ task: 'welcome', payload: { id: u.id } })));
@@ -268,35 +302,138 @@ export class Tusk<L extends TaskList = TaskList> {
   enqueueMany(jobs: ReadonlyArray<TypedJobSpec<L>>, options?: { client?: TransactionLike }): Promise<Written>;
   async enqueueMany(jobs: readonly JobSpec[], options: { client?: TransactionLike } = {}): Promise<Written> {
     const { client } = parse(enqueueManyOptionsSchema, options, 'options');
-    const records = await this.#records(jobs, 'jobs');
+    const records = await this.#records(jobs, 'jobs', jobSpecSchema);
     if (records.length === 0) return { ids: [] };
+    if (records.some(hasDependencies)) {
+      const i = records.findIndex(hasDedup);
+      if (i >= 0) {
+        throw new TuskValidationError(
+          `jobs[${i}]`,
+          'is deduplicated or debounced, and other entries have dependencies (dependsOn): enqueue them in separate calls',
+        );
+      }
+    }
     return this.#write(client && toQueryable(client), (db) => writeRecords(db, this.schema, records));
   }
 
   /** Validated records of enqueueMany's or stageMany's entries (payload schemas included). */
-  async #records(jobs: readonly JobSpec[], field: string): Promise<JobRecord[]> {
+  async #records(
+    jobs: readonly JobSpec[],
+    field: string,
+    schema: typeof jobSpecSchema | typeof stageSpecSchema,
+  ): Promise<JobRecord[]> {
     if (!Array.isArray(jobs)) throw new TuskValidationError(field, `must be an array (got ${describe(jobs)})`);
     // Array.from visits holes (as undefined), which map would skip
     const definition = await this.#definitions(Array.from(jobs, (job) => (job as Partial<JobSpec> | undefined)?.task));
     const records = Array.from(jobs, (job, i) => {
-      const spec = parse(jobSpecSchema, job, `${field}[${i}]`) as JobSpec;
+      const at = `${field}[${i}]`;
+      const spec = parse(schema, job, at) as JobSpec;
       return jobRecord(
         spec.task,
         spec.payload,
         spec,
-        `${field}[${i}].payload`,
+        `${at}.payload`,
         this.#maxPayloadBytes,
         definition(spec.task),
+        `${at}.dependsOn`,
       );
     });
-    // after every entry passed the checks above, so that no validation is left unawaited
+    await this.#validatePayloads(records, (i) => `${field}[${i}].payload`, definition);
+    return records;
+  }
+
+  /** Checks the payloads of tasks with a schema, after every record passed the other checks (none is left unawaited). */
+  async #validatePayloads(
+    records: readonly JobRecord[],
+    field: (i: number) => string,
+    definition: (task: string) => TaskDefinition | undefined,
+  ): Promise<void> {
     await Promise.all(
       records.map((r, i) => {
         const schema = definition(r.task)?.schema;
-        return schema && validateRecord(schema, r, `${field}[${i}].payload`);
+        return schema && validateRecord(schema, r, field(i));
       }),
     );
-    return records;
+  }
+
+  /**
+   * Enqueues a tree of jobs in one transaction: each job waits for its `children`
+   * (enqueued with it) and runs once they have all succeeded, reading their results with
+   * `ctx.dependencies()` — the parent after its children, as in BullMQ's FlowProducer.
+   * Every job takes enqueue's options but deduplication and debounce (tenant, queue,
+   * delays, `dependsOn` of jobs that exist already, `onDependencyFailure`...); its
+   * dependencies are its `dependsOn`, then its children, in order. A child that ends
+   * `dead`, `cancelled` or `expired` cancels its parent, and so on up, unless the parent
+   * says `onDependencyFailure: 'continue'`. Returns the ids, in the same tree. With
+   * `client`, written in your transaction. At most 10 000 jobs, 500 levels deep.
+   *
+   * @example
+   * const { id, children } = await tusk.flow({
+   *   task: 'assemble', payload: { doc: 7 }, queue: 'light',
+   *   children: pages.map((page) => ({ task: 'render', payload: { doc: 7, page }, queue: 'heavy' })),
+   * });
+   * // assemble's handler: async ({ doc }, ctx) => join((await ctx.dependencies()).map((job) => job.result))
+   */
+  flow(root: TypedFlowSpec<L>, options?: { client?: TransactionLike }): Promise<FlowIds>;
+  async flow(root: FlowSpec, options: { client?: TransactionLike } = {}): Promise<FlowIds> {
+    const { client } = parse(enqueueManyOptionsSchema, options, 'options');
+    type Frame = { spec: FlowSpec; field: string; next: number; children: number[] };
+    let seen = 0;
+    const frame = (value: unknown, field: string): Frame => {
+      if (++seen > MAX_DEPENDENCIES) {
+        throw new TuskValidationError(field, `is one job too many: a flow has at most ${MAX_DEPENDENCIES} jobs`);
+      }
+      return { spec: parse(flowNodeSchema, value, field) as FlowSpec, field, next: 0, children: [] };
+    };
+    // in post-order (a job's children are written before it), without recursion: a chain may be deep
+    const records: JobRecord[] = [];
+    const fields: string[] = [];
+    const childrenOf: number[][] = [];
+    const definition = await this.#definitions(null); // the tasks are known only on the walk
+    const stack = [frame(root, 'flow')];
+    while (stack.length > 0) {
+      const top = stack.at(-1) as Frame;
+      const kids = top.spec.children ?? [];
+      if (top.next < kids.length) {
+        const i = top.next++;
+        const field = `${top.field}.children[${i}]`;
+        if (stack.length >= MAX_FLOW_DEPTH) throw new TuskValidationError(field, TOO_DEEP_FLOW);
+        stack.push(frame(kids[i], field));
+        continue;
+      }
+      stack.pop();
+      const { spec, field, children } = top;
+      if (spec.onDependencyFailure !== undefined && children.length === 0 && !spec.dependsOn?.length) {
+        throw new TuskValidationError(
+          `${field}.onDependencyFailure`,
+          'is for a job with dependencies: give it children or dependsOn',
+        );
+      }
+      const record = jobRecord(
+        spec.task,
+        spec.payload,
+        spec,
+        `${field}.payload`,
+        this.#maxPayloadBytes,
+        definition(spec.task),
+        `${field}.dependsOn`,
+      );
+      if (children.length > 0) record.after = children;
+      records.push(record);
+      fields.push(field);
+      childrenOf.push(children);
+      stack.at(-1)?.children.push(records.length - 1);
+    }
+    await this.#validatePayloads(records, (i) => `${fields[i]}.payload`, definition);
+    const ids = await this.#write(client && toQueryable(client), (db) =>
+      insertJobsFlow(db, this.schema, jsonArray(records)),
+    );
+    // children come before their parent: each node's are made when it is
+    const tree: FlowIds[] = [];
+    for (const [i, children] of childrenOf.entries()) {
+      tree.push({ id: ids[i] as string, children: children.map((c) => tree[c] as FlowIds) });
+    }
+    return tree.at(-1) as FlowIds;
   }
 
   /**
@@ -328,9 +465,9 @@ export class Tusk<L extends TaskList = TaskList> {
   }
 
   /** Stages many jobs in one statement inside your transaction; ids in input order. */
-  async stageMany(tx: TransactionLike, jobs: readonly JobSpec[]): Promise<{ ids: string[] }> {
+  async stageMany(tx: TransactionLike, jobs: readonly StageSpec[]): Promise<{ ids: string[] }> {
     const db = toQueryable(tx, 'tx');
-    const records = await this.#records(jobs, 'jobs');
+    const records = await this.#records(jobs, 'jobs', stageSpecSchema);
     if (records.length === 0) return { ids: [] };
     return { ids: await this.#write(db, (q) => stageJobs(q, this.schema, jsonArray(records))) };
   }
@@ -497,11 +634,12 @@ export class Tusk<L extends TaskList = TaskList> {
 
   /**
    * The definitions of the tasks about to be enqueued: this instance's own, else the ones
-   * workers recorded in the database (read only when one of `tasks` has none here).
+   * workers recorded in the database (read only when one of `tasks` has none here, or when
+   * `tasks` is null: not known yet).
    */
-  async #definitions(tasks: readonly unknown[]): Promise<(task: string) => TaskDefinition | undefined> {
+  async #definitions(tasks: readonly unknown[] | null): Promise<(task: string) => TaskDefinition | undefined> {
     const own = (task: string) => this.#definition(task);
-    if (tasks.every((task) => typeof task !== 'string' || own(task))) return own;
+    if (tasks?.every((task) => typeof task !== 'string' || own(task))) return own;
     const recorded = await this.#recorded.definitions();
     return (task) => own(task) ?? recorded.get(task);
   }

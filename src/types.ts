@@ -2,7 +2,7 @@ import type { TransactionLike } from './db/adapters.js';
 
 /**
  * Where a job is in its life.
- * - `scheduled`: waiting for its `runAt`
+ * - `scheduled`: waiting for its `runAt`, or for the jobs it depends on (`waitingOn` > 0)
  * - `available`: can run now, waiting for a worker (and a free tenant slot)
  * - `running`: claimed by a worker (or leased by `fetch`)
  * - `failed`: an attempt failed; it will be retried at its `runAt`
@@ -78,6 +78,13 @@ export interface Job<Payload = unknown, Result = unknown> {
   source: JobSource | null;
   /** What its handler last reported with `ctx.progress()` (a number or small JSON), or null. */
   progress: unknown;
+  /**
+   * The jobs it depends on (`dependsOn`, or its children in a flow), in the order given;
+   * empty for none. Its handler reads them with `ctx.dependencies()`.
+   */
+  dependsOn: string[];
+  /** How many of those have not ended yet: while above 0, the job waits (`scheduled`). */
+  waitingOn: number;
 }
 
 /** Options of `enqueue` (and of each entry of `enqueueMany`). */
@@ -125,6 +132,25 @@ export interface EnqueueOptions {
    */
   source?: { type: string; id: string | number; method?: string };
   /**
+   * Jobs this one depends on (ids of jobs enqueued before it, of any tenant or queue): it
+   * waits, in state `scheduled`, until they have all ended, then starts (at its `runAt`
+   * at the earliest) if they all succeeded; its handler reads their results with
+   * `ctx.dependencies()`. A job that already succeeded counts as done; an unknown id is
+   * refused (TuskValidationError naming it, nothing written). Not with deduplication or
+   * debounce. For a tree of jobs enqueued together, see `tusk.flow`.
+   *
+   * @example
+   * const { ids } = await tusk.enqueueMany(parts.map((p) => ({ task: 'render', payload: p })));
+   * await tusk.enqueue('assemble', { doc }, { dependsOn: ids });
+   */
+  dependsOn?: ReadonlyArray<string | number | bigint>;
+  /**
+   * When a job it depends on ends `dead`, `cancelled` or `expired`: `'cancel'` (default)
+   * cancels it at once (and the jobs that depend on it, and so on; its error says which
+   * dependency failed), `'continue'` runs it all the same once they have all ended.
+   */
+  onDependencyFailure?: 'cancel' | 'continue';
+  /**
    * A connection inside your transaction: the job commits or rolls back with it. A `pg`
    * Client/PoolClient, a Kysely or Drizzle transaction, or anything with
    * `query(text, values)` (see TransactionLike).
@@ -132,13 +158,37 @@ export interface EnqueueOptions {
   client?: TransactionLike;
 }
 
-/** Options of `stage`: those of `enqueue` but `client` (the transaction is `stage`'s first argument). */
-export type StageOptions = Omit<EnqueueOptions, 'client'>;
+/**
+ * Options of `stage`: those of `enqueue` but `client` (the transaction is `stage`'s first
+ * argument) and dependencies (a staged job has no id to depend on until it is drained).
+ */
+export type StageOptions = Omit<EnqueueOptions, 'client' | 'dependsOn' | 'onDependencyFailure'>;
 
 /** One entry of `enqueueMany`. */
 export interface JobSpec extends Omit<EnqueueOptions, 'client'> {
   task: string;
   payload?: unknown;
+}
+
+/** One entry of `stageMany`. */
+export interface StageSpec extends StageOptions {
+  task: string;
+  payload?: unknown;
+}
+
+/**
+ * A job of a flow (`tusk.flow`): its task, payload and enqueue options, and its
+ * `children`, the jobs enqueued with it that it waits for (BullMQ's FlowProducer order:
+ * the parent runs after its children). Deduplication and debounce do not apply.
+ */
+export interface FlowSpec extends Omit<JobSpec, 'dedupe' | 'dedupKey' | 'dedupWindowMs' | 'debounce'> {
+  children?: readonly FlowSpec[];
+}
+
+/** What `tusk.flow` returns: the id of each job of the flow, in the same tree. */
+export interface FlowIds {
+  id: string;
+  children: FlowIds[];
 }
 
 /** What `enqueue` returns. */
@@ -167,6 +217,8 @@ export interface LeasedJob<Payload = unknown> {
   createdAt: Date;
   leaseUntil: Date;
   source: JobSource | null;
+  /** The jobs it depends on (see `Job.dependsOn`): read their results with `getJob`. */
+  dependsOn: string[];
 }
 
 /** A lease: a job returned by `fetch`, or its id and token. */

@@ -160,6 +160,28 @@ describe('tusk CLI', () => {
     expect(prune.stdout).toMatch(/done in [\d.]+ s: 0 partitions dropped, 30 rows deleted/);
   });
 
+  it('enqueue --depends-on: the job waits for the ones it names', async () => {
+    const first = (await tusk(env(), 'enqueue', 'hello', 'null', '--queue', 'cli-deps')).stdout.trim();
+    const r = await tusk(
+      env(),
+      'enqueue',
+      'hello',
+      'null',
+      '--depends-on',
+      `${first}, ${first}`,
+      '--on-dependency-failure',
+      'continue',
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const s = await tusk(env(), 'status', r.stdout.trim());
+    expect(JSON.parse(s.stdout)).toMatchObject({ state: 'scheduled', waitingOn: 1, dependsOn: [first] });
+    const unknown = await tusk(env(), 'enqueue', 'hello', 'null', '--depends-on', `${first},9000000000000000000`);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/^tusk: --depends-on\[1\]: is not a job: no job has id 9000000000000000000/);
+    const bad = await tusk(env(), 'enqueue', 'hello', 'null', '--depends-on', 'x');
+    expect(bad.stderr).toMatch(/^tusk: --depends-on\.0: must be a job id/);
+  });
+
   it('bad input: clear errors and exit code 1', async () => {
     const badJson = await tusk(env(), 'enqueue', 'hello', '{nope');
     expect(badJson.code).toBe(1);

@@ -5,6 +5,7 @@ import {
   enqueuedSchema,
   errorSchema,
   fetchedSchema,
+  flowIdsSchema,
   jobListSchema,
   jobSchema,
   leaseUntilSchema,
@@ -409,6 +410,144 @@ describe('HTTP API', () => {
     expect(
       expectReply(await call('POST', '/api/fetch', { body: { queue: 'remote' } }), 200, fetchedSchema).jobs,
     ).toEqual([]);
+  });
+
+  it('dependencies: POST /api/jobs with dependsOn, POST /api/flows; a tenant token names only its own jobs', async () => {
+    const first = expectReply(
+      await call('POST', '/api/jobs', { token: acmeToken, body: { task: 'make', queue: 'http-deps' } }),
+      201,
+      enqueuedSchema,
+    );
+    const dependent = expectReply(
+      await call('POST', '/api/jobs', {
+        token: acmeToken,
+        body: { task: 'use', queue: 'http-deps', dependsOn: [first.id], onDependencyFailure: 'continue' },
+      }),
+      201,
+      enqueuedSchema,
+    );
+    expect(expectReply(await call('GET', `/api/jobs/${dependent.id}`), 200, jobSchema)).toMatchObject({
+      state: 'scheduled',
+      waitingOn: 1,
+      dependsOn: [first.id],
+    });
+    // ids as numbers too; in many jobs
+    const many = expectReply(
+      await call('POST', '/api/jobs', {
+        body: { jobs: [{ task: 'use', queue: 'http-deps', dependsOn: [Number(first.id)] }] },
+      }),
+      201,
+      enqueuedManySchema,
+    );
+    expect(expectReply(await call('GET', `/api/jobs/${many.ids[0]}`), 200, jobSchema).waitingOn).toBe(1);
+
+    expectInvalid(
+      await call('POST', '/api/jobs', { body: { task: 'use', dependsOn: [first.id, '9000000000000000000'] } }),
+      'body.dependsOn.1',
+      /is not a job/,
+    );
+    expectInvalid(
+      await call('POST', '/api/jobs', { body: { jobs: [{ task: 'a' }, { task: 'use', dependsOn: ['x'] }] } }),
+      'body.jobs.1.dependsOn.0',
+      /must be a job id/,
+    );
+    expectInvalid(
+      await call('POST', '/api/jobs', { body: { task: 'use', dependsOn: [first.id], dedupKey: 'k' } }),
+      'body',
+      /not deduplicated/,
+    );
+    // another tenant's job is no job to this token
+    const globexJob = expectReply(
+      await call('POST', '/api/jobs', { token: globexToken, body: { task: 'g' } }),
+      201,
+      enqueuedSchema,
+    );
+    expectInvalid(
+      await call('POST', '/api/jobs', { token: acmeToken, body: { task: 'use', dependsOn: [first.id, globexJob.id] } }),
+      'body.dependsOn.1',
+      /is not a job: no job has id/,
+    );
+    expectInvalid(
+      await call('POST', '/api/jobs', {
+        token: acmeToken,
+        body: { jobs: [{ task: 'a' }, { task: 'use', dependsOn: [globexJob.id] }] },
+      }),
+      'body.jobs.1.dependsOn.0',
+      /is not a job/,
+    );
+
+    const flow = expectReply(
+      await call('POST', '/api/flows', {
+        token: acmeToken,
+        body: {
+          task: 'assemble',
+          queue: 'http-flow',
+          runAt: new Date(Date.now() + 60_000).toISOString(),
+          children: [
+            { task: 'part', queue: 'http-flow', payload: { n: 1 } },
+            { task: 'part', queue: 'http-flow', children: [{ task: 'leaf', dependsOn: [first.id] }] },
+          ],
+        },
+      }),
+      201,
+      flowIdsSchema,
+    );
+    const tree = flow as { id: string; children: Array<{ id: string; children: Array<{ id: string }> }> };
+    expect(tree.children).toHaveLength(2);
+    const top = expectReply(await call('GET', `/api/jobs/${tree.id}`), 200, jobSchema);
+    expect(top).toMatchObject({ tenant: 'acme', state: 'scheduled', waitingOn: 2 });
+    expect(top.dependsOn).toEqual(tree.children.map((c) => c.id));
+    const leaf = expectReply(await call('GET', `/api/jobs/${tree.children[1]?.children[0]?.id}`), 200, jobSchema);
+    expect(leaf).toMatchObject({ tenant: 'acme', waitingOn: 1, dependsOn: [first.id] });
+
+    expectInvalid(
+      await call('POST', '/api/flows', {
+        body: { task: 'p', children: [{ task: 'c' }, { task: 'c', children: [{ task: 5 }] }] },
+      }),
+      'body.children.1.children.0.task',
+    );
+    expectInvalid(
+      await call('POST', '/api/flows', { body: { task: 'p', children: [{ task: 'c', dedupKey: 'k' }] } }),
+      'body.children.0',
+      /unknown option "dedupKey"/,
+    );
+    expectInvalid(
+      await call('POST', '/api/flows', {
+        body: { task: 'p', children: [{ task: 'c', onDependencyFailure: 'continue' }] },
+      }),
+      'body.children.0.onDependencyFailure',
+    );
+    expectInvalid(
+      await call('POST', '/api/flows', {
+        token: acmeToken,
+        body: { task: 'p', children: [{ task: 'c', dependsOn: [globexJob.id] }] },
+      }),
+      'body.children.0.dependsOn.0',
+      /is not a job/,
+    );
+    let deep: Record<string, unknown> = { task: 'link' };
+    for (let i = 1; i < 501; i++) deep = { task: 'link', children: [deep] };
+    expectInvalid(
+      await call('POST', '/api/flows', { body: deep }),
+      `body${'.children.0'.repeat(500)}`,
+      /at most 500 levels/,
+    );
+    const otherTenant = await call('POST', '/api/flows', {
+      token: acmeToken,
+      body: { task: 'p', children: [{ task: 'c', tenant: 'globex' }] },
+    });
+    expect(expectReply(otherTenant, 403, errorSchema).error.field).toBe('body.children.0.tenant');
+
+    // a leased job says what it depends on
+    await db.tusk.cancel(many.ids[0] as string);
+    const [lease] = await db.tusk.fetch({ queue: 'http-deps' });
+    await db.tusk.ack(lease as { id: string; token: string });
+    const fetched = expectReply(
+      await call('POST', '/api/fetch', { token: acmeToken, body: { queue: 'http-deps' } }),
+      200,
+      fetchedSchema,
+    );
+    expect(fetched.jobs).toMatchObject([{ id: dependent.id, dependsOn: [first.id] }]);
   });
 
   it('tenants: list, get, set slots, pause and resume', async () => {

@@ -72,7 +72,7 @@ describe('least-privilege roles', () => {
     await denied(c.query(`SELECT * FROM ${s}.find_token('\\x00')`));
   });
 
-  it('a producer enqueues (deduplicated too), stages and reads its jobs, and cannot lease, change or delete them', async () => {
+  it('a producer enqueues (deduplicated too, with dependencies too), stages and reads its jobs, and cannot lease, change or delete them', async () => {
     const producer = new Tusk({ connectionString: as(logins.producer), schema: db.schema, logger: false });
     opened.push(producer);
     const { id } = await producer.enqueue('p', { n: 1 }, { queue: 'roles-p' });
@@ -83,6 +83,10 @@ describe('least-privilege roles', () => {
       (await producer.enqueueMany(Array.from({ length: 300 }, () => ({ task: 'p', queue: 'roles-p' })))).ids,
     ).toHaveLength(300);
     expect((await producer.getJob(id))?.payload).toEqual({ n: 1 });
+    const dependent = await producer.enqueue('p', null, { queue: 'roles-p', dependsOn: [id] });
+    const flow = await producer.flow({ task: 'p', queue: 'roles-p', children: [{ task: 'p', queue: 'roles-p' }] });
+    expect(await producer.getJob(dependent.id)).toMatchObject({ state: 'scheduled', waitingOn: 1, dependsOn: [id] });
+    expect(await producer.getJob(flow.id)).toMatchObject({ state: 'scheduled', waitingOn: 1 });
     const c = await client(logins.producer);
     const s = `"${db.schema}"`;
     await c.query('BEGIN');
@@ -94,6 +98,7 @@ describe('least-privilege roles', () => {
     await denied(c.query(`SELECT * FROM ${s}.fetch_jobs(1, 1000)`));
     await denied(c.query(`UPDATE ${s}.jobs SET priority = 1`));
     await denied(c.query(`DELETE FROM ${s}.jobs`));
+    await denied(c.query(`SELECT * FROM ${s}.job_deps`));
     await denied(c.query(`SELECT * FROM ${s}.tenants`));
     await denied(c.query(`SELECT * FROM ${s}.api_tokens`));
   });

@@ -311,6 +311,60 @@ describe('enqueue_jobs', () => {
   });
 });
 
+describe('dependencies from SQL', () => {
+  it('dependsOn and onDependencyFailure: the job waits as the library makes it wait; bad ids are refused, nothing written', async () => {
+    const first = await enqueueJob('make', null, { queue: 'sql-deps' });
+    const waiting = await enqueueJob('use', null, { queue: 'sql-deps', dependsOn: [Number(first), first] });
+    expect(await db.tusk.getJob(waiting)).toMatchObject({ state: 'scheduled', waitingOn: 1, dependsOn: [first] });
+    const [a, b] = await enqueueJobs([
+      { task: 'use', dependsOn: [waiting], onDependencyFailure: 'continue' },
+      { task: 'plain' },
+    ]);
+    expect(await db.tusk.getJob(a?.id as string)).toMatchObject({ state: 'scheduled', waitingOn: 1 });
+    expect(await db.tusk.getJob(b?.id as string)).toMatchObject({ state: 'available', dependsOn: [] });
+    // the library's own enqueue and the SQL one wait the same way
+    const lib = await db.tusk.enqueue('use', null, { queue: 'sql-deps', dependsOn: [first] });
+    const row = (id: string) =>
+      db.rows('SELECT state::text, waiting_on, depends_on, on_dependency_failure FROM $schema.jobs WHERE id = $1', [
+        id,
+      ]);
+    expect(await row(waiting)).toEqual(await row(lib.id));
+
+    const before = await count();
+    for (const [options, message] of [
+      [
+        { dependsOn: [first, 9000000000000000000n.toString()] },
+        /^tusk: options\.dependsOn\[1\] is not a job: no job has id 9000000000000000000/,
+      ],
+      [{ dependsOn: [first, 1.5] }, /^tusk: options\.dependsOn\[1\] must be a job id: a positive integer \(got 1\.5\)/],
+      [{ dependsOn: ['0'] }, /^tusk: options\.dependsOn\[0\] must be a job id/],
+      [{ dependsOn: first }, /^tusk: options\.dependsOn must be an array of job ids/],
+      [{ dependOn: [first] }, /unknown option "dependOn" \(did you mean "dependsOn"\?\)/],
+      [{ onDependencyFailure: 'continue' }, /^tusk: options\.onDependencyFailure is for a job with dependencies/],
+      [{ dependsOn: [first], onDependencyFailure: 'skip' }, /must be 'cancel' or 'continue'/],
+      [{ dependsOn: [first], dedupKey: 'k' }, /^tusk: options has dependsOn and dedupKey/],
+    ] as const) {
+      const refused = await refusal(enqueueJob('use', null, options));
+      expect(refused.code, JSON.stringify(options)).toBe('22023');
+      expect(refused.message).toMatch(message);
+    }
+    const inBatch = await refusal(enqueueJobs([{ task: 'ok' }, { task: 'use', dependsOn: ['9000000000000000000'] }]));
+    expect(inBatch).toMatchObject({
+      code: '22023',
+      message: expect.stringMatching(/^tusk: jobs\[1\]\.dependsOn\[0\] is not a job/),
+    });
+    const mixed = await refusal(
+      enqueueJobs([
+        { task: 'use', dependsOn: [first] },
+        { task: 'd', dedupKey: 'k' },
+      ]),
+    );
+    expect(mixed.message).toMatch(/enqueue them in separate calls/);
+    expect(await count()).toBe(before);
+    for (const id of [first, waiting, a?.id as string, b?.id as string, lib.id]) await db.tusk.cancel(id);
+  });
+});
+
 describe('from a trigger', () => {
   const setUp = async (table: string, options: string) => {
     await db.pool.query(`

@@ -3,7 +3,15 @@
 // line that stops being an error fails both.
 import { describe, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
-import { type DefinedTask, defineTask, type Enqueued, type Job, type JobContext, Tusk } from '../src/index.js';
+import {
+  type DefinedTask,
+  defineTask,
+  type Enqueued,
+  type FlowIds,
+  type Job,
+  type JobContext,
+  Tusk,
+} from '../src/index.js';
 
 const sendEmail = defineTask('send_email', {
   schema: z.object({ to: z.email(), subject: z.string(), retries: z.number().default(3) }),
@@ -96,6 +104,23 @@ describe('a Tusk with typed tasks', () => {
     tusk.enqueueMany([{ task: 'resize', payload: { to: 'a@b.c', subject: 'Hi' } }]);
     // @ts-expect-error misspelled task name
     tusk.enqueueMany([{ task: 'rezise', payload: { url: 'x' } }]);
+  });
+
+  it('checks the jobs of a flow, children included', () => {
+    expectTypeOf(
+      tusk.flow({
+        task: 'send_email',
+        payload: { to: 'a@b.c', subject: 'Hi' },
+        children: [{ task: 'resize', payload: { url: 'x' }, children: [{ task: 'ping' }] }],
+      }),
+    ).toEqualTypeOf<Promise<FlowIds>>();
+    tusk.enqueue('ping', undefined, { dependsOn: ['1', 2, 3n], onDependencyFailure: 'continue' });
+    // @ts-expect-error payload of another task, in a child
+    tusk.flow({ task: 'ping', children: [{ task: 'resize', payload: { to: 'a@b.c' } }] });
+    // @ts-expect-error a flow's jobs are not deduplicated
+    tusk.flow({ task: 'ping', dedupKey: 'k' });
+    // @ts-expect-error not an option
+    tusk.enqueue('ping', undefined, { dependsOn: ['1'], onDependencyFailure: 'skip' });
   });
 
   it('takes any task through untyped', () => {

@@ -30,6 +30,13 @@ export interface JobRecord {
   sourceType: string | undefined;
   sourceId: string | undefined;
   sourceMethod: string | undefined;
+  /** Ids of existing jobs it depends on, as decimal text. */
+  dependsOn: string[] | undefined;
+  /** Indexes of earlier records of the same write it depends on (a flow's children). */
+  after: number[] | undefined;
+  onDependencyFailure: 'cancel' | 'continue' | undefined;
+  /** The field that named `dependsOn`, for the database's errors (`options.dependsOn`). */
+  dependsOnField: string | undefined;
 }
 
 export function jobRecord(
@@ -39,8 +46,9 @@ export function jobRecord(
   payloadField: string,
   maxPayloadBytes: number,
   definition?: TaskDefinition,
+  dependsOnField?: string,
 ): JobRecord {
-  const { retry, source } = options;
+  const { retry, source, dependsOn } = options;
   const sourceId = source === undefined ? undefined : String(source.id);
   return {
     task,
@@ -66,6 +74,10 @@ export function jobRecord(
     sourceType: source?.type,
     sourceId,
     sourceMethod: source?.method,
+    dependsOn: dependsOn && dependsOn.length > 0 ? dependsOn.map(String) : undefined,
+    after: undefined,
+    onDependencyFailure: options.onDependencyFailure,
+    dependsOnField,
   };
 }
 
@@ -91,6 +103,10 @@ export function jsonEntry(r: JobRecord): string {
     source_type: r.sourceType,
     source_id: r.sourceId,
     source_method: r.sourceMethod,
+    depends_on: r.dependsOn,
+    after: r.after,
+    on_dependency_failure: r.onDependencyFailure,
+    deps_at: r.dependsOnField,
   });
   const retry = r.retry === undefined ? '' : `,"retry":${r.retry}`;
   return `{"payload":${r.payload}${retry},${rest.slice(1)}`;
@@ -98,6 +114,9 @@ export function jsonEntry(r: JobRecord): string {
 
 /** True when a job asks for deduplication or debouncing (it then goes through enqueue_dedup). */
 export const hasDedup = (r: JobRecord): boolean => r.dedupKey !== undefined || r.debounceKey !== undefined;
+
+/** True when a job waits for others (it then goes through enqueue_flow). */
+export const hasDependencies = (r: JobRecord): boolean => r.dependsOn !== undefined || r.after !== undefined;
 
 /** True when a job's start time is relative to the server's clock (COPY cannot say so). */
 export const isDelayed = (r: JobRecord): boolean => r.delayMs !== undefined || r.runAt !== undefined;

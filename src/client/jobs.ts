@@ -53,6 +53,8 @@ export function toJob(row: JobRow): Job {
     cancelRequested: row.cancel_requested,
     source: sourceOf(row),
     progress: row.progress ?? null,
+    dependsOn: row.depends_on ?? [],
+    waitingOn: row.waiting_on,
   };
 }
 
@@ -71,6 +73,7 @@ export function toClaimed(r: ClaimedRow): Omit<LeasedJob, 'token' | 'payload' | 
     maxAttempts: r.max_attempts,
     createdAt: new Date(r.created_ms),
     source: sourceOf(r),
+    dependsOn: r.depends_on ?? [],
   };
 }
 

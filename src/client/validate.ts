@@ -116,12 +116,47 @@ export const jobOptionShape = {
     .optional(),
 };
 
+/** A job id as an argument: decimal digits, a safe integer or a bigint, positive, a bigint's range. */
+export const jobIdArgSchema = z.custom<string | number | bigint>(
+  (id) => {
+    const text = typeof id === 'number' ? (Number.isSafeInteger(id) ? String(id) : '') : id;
+    return (
+      (typeof text === 'string' || typeof text === 'bigint') &&
+      /^[1-9]\d{0,18}$/.test(String(text)) &&
+      BigInt(text) <= 9223372036854775807n
+    );
+  },
+  { error: (issue) => `must be a job id: a positive integer (got ${describe(issue.input)})` },
+);
+
+/** At most this many dependencies a job (and jobs a flow). */
+export const MAX_DEPENDENCIES = 10_000;
+
+/** Deepest flow: its ids come back as a tree, which JSON.stringify overflows the stack on past ~1 200 levels. */
+export const MAX_FLOW_DEPTH = 500;
+export const TOO_DEEP_FLOW = `is nested too deep: a flow has at most ${MAX_FLOW_DEPTH} levels`;
+
+/** The options of a job's dependencies (enqueue, enqueueMany, flow; not stage). */
+export const dependencyShape = {
+  dependsOn: z
+    .array(jobIdArgSchema, { error: (issue) => `must be an array of job ids (got ${describe(issue.input)})` })
+    .max(MAX_DEPENDENCIES, `must list at most ${MAX_DEPENDENCIES} jobs`)
+    .optional(),
+  onDependencyFailure: z
+    .enum(['cancel', 'continue'], {
+      error: (issue) => `must be 'cancel' or 'continue' (got ${describe(issue.input)})`,
+    })
+    .optional(),
+};
+
 type Timing = {
   runAt?: Date | undefined;
   delayMs?: number | undefined;
   debounce?: unknown;
   dedupe?: boolean | undefined;
   dedupKey?: string | undefined;
+  dependsOn?: readonly unknown[] | undefined;
+  onDependencyFailure?: string | undefined;
 };
 
 /** The checks across fields of a job's options, each with its own message. */
@@ -133,21 +168,63 @@ const timing = <T extends z.ZodType<Timing>>(schema: T) =>
     })
     .refine((o) => o.debounce === undefined || (o.dedupKey === undefined && !o.dedupe), {
       error: 'give debounce or a dedup key (dedupe, dedupKey), not both',
+    })
+    .refine((o) => !o.dependsOn?.length || (o.debounce === undefined && o.dedupKey === undefined && !o.dedupe), {
+      error: 'a job with dependencies (dependsOn) is not deduplicated nor debounced: give one or the other',
     });
+
+/** onDependencyFailure only with dependsOn (a flow's jobs may have children instead: checked there). */
+const dependencies = <T extends z.ZodType<Timing>>(schema: T) =>
+  schema.refine((o) => o.onDependencyFailure === undefined || o.dependsOn !== undefined, {
+    error: 'onDependencyFailure is for a job with dependencies: give dependsOn too',
+  });
 
 /** A caller's connection, usually inside its transaction (see TransactionLike). */
 export const clientSchema = z.custom<TransactionLike>((c) => isTransactionLike(c), {
   error: (issue) => `must be ${SUPPORTED_CLIENTS} (got ${clientKind(issue.input)})`,
 });
 
-export const enqueueOptionsSchema = timing(z.strictObject({ ...jobOptionShape, client: clientSchema.optional() }));
+export const enqueueOptionsSchema = dependencies(
+  timing(z.strictObject({ ...jobOptionShape, ...dependencyShape, client: clientSchema.optional() })),
+);
 
 export const stageOptionsSchema = timing(z.strictObject(jobOptionShape));
 
-export const jobSpecSchema = timing(
+export const jobSpecSchema = dependencies(
+  timing(
+    z.strictObject({
+      ...jobOptionShape,
+      ...dependencyShape,
+      task: nameSchema(200),
+      payload: z.unknown().optional(),
+    }),
+  ),
+);
+
+export const stageSpecSchema = timing(
   z.strictObject({
     ...jobOptionShape,
     task: nameSchema(200),
     payload: z.unknown().optional(),
+  }),
+);
+
+/**
+ * A job of a flow, but its children (checked one by one, so that an error names the
+ * child's path): enqueue's options but deduplication and debounce.
+ */
+export const flowNodeSchema = timing(
+  z.strictObject({
+    ...jobOptionShape,
+    ...dependencyShape,
+    dedupe: z.undefined({ error: 'does not apply to a job of a flow' }).optional(),
+    dedupKey: z.undefined({ error: 'does not apply to a job of a flow' }).optional(),
+    dedupWindowMs: z.undefined({ error: 'does not apply to a job of a flow' }).optional(),
+    debounce: z.undefined({ error: 'does not apply to a job of a flow' }).optional(),
+    task: nameSchema(200),
+    payload: z.unknown().optional(),
+    children: z
+      .array(z.unknown(), { error: (issue) => `must be an array of jobs (got ${describe(issue.input)})` })
+      .optional(),
   }),
 );

@@ -1,8 +1,8 @@
 import pg from 'pg';
 import type { Queryable } from '../db/queryable.js';
 import { copyJobs } from '../queries/copyJobs.js';
-import { insertJobs, insertJobsDedup } from '../queries/insertJobs.js';
-import { hasDedup, isDelayed, type JobRecord, jsonEntry } from './entries.js';
+import { insertJobs, insertJobsDedup, insertJobsFlow } from '../queries/insertJobs.js';
+import { hasDedup, hasDependencies, isDelayed, type JobRecord, jsonEntry } from './entries.js';
 
 /** From this many jobs on, COPY is used (below, INSERT's single round trip wins). */
 export const COPY_MIN_JOBS = 500;
@@ -14,11 +14,13 @@ export interface Written {
 }
 
 /**
- * Writes validated records in one statement: through enqueue_dedup when any entry has a
- * dedup key, by COPY for big batches without delays on a `pg` connection (about twice as
- * fast), else by one INSERT of a JSON array.
+ * Writes validated records in one statement: through enqueue_flow when any entry has
+ * dependencies (then none has a dedup key: the caller checks), through enqueue_dedup when
+ * any entry has a dedup key, by COPY for big batches without delays on a `pg` connection
+ * (about twice as fast), else by one INSERT of a JSON array.
  */
 export async function writeRecords(db: Queryable, schema: string, records: JobRecord[]): Promise<Written> {
+  if (records.some(hasDependencies)) return { ids: await insertJobsFlow(db, schema, jsonArray(records)) };
   if (records.some(hasDedup)) {
     const rows = await insertJobsDedup(db, schema, jsonArray(records));
     return { ids: rows.map((r) => r.id), deduplicated: rows.map((r) => r.deduplicated) };

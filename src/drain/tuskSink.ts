@@ -36,5 +36,10 @@ function toRecord(job: StagedJob): JobRecord {
     sourceType: o.source?.type,
     sourceId: o.source?.id,
     sourceMethod: o.source?.method,
+    // staged jobs have no dependencies (stage refuses them)
+    dependsOn: undefined,
+    after: undefined,
+    onDependencyFailure: undefined,
+    dependsOnField: undefined,
   };
 }

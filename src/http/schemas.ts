@@ -1,13 +1,19 @@
 import { z } from 'zod';
 import {
+  dependencyShape,
   describe,
   errorMessageSchema,
   flagSchema,
   integer,
   jobOptionShape,
   MAX_DELAY_MS,
+  MAX_DEPENDENCIES,
+  MAX_FLOW_DEPTH,
   nameSchema,
+  parse,
+  TOO_DEEP_FLOW,
 } from '../client/validate.js';
+import { TuskValidationError } from '../errors.js';
 import { SCOPES } from './scopes.js';
 
 // Requests. Validated with `parse` (errors name the field: `body.jobs.2.delayMs: ...`),
@@ -55,6 +61,22 @@ const retryableState = z.enum(['dead', 'cancelled', 'expired', 'failed'], {
   error: 'must be dead, cancelled, expired or failed',
 });
 
+const dependsOnSchema = z
+  .array(
+    z.union([jobIdSchema, z.number().int().min(1).max(Number.MAX_SAFE_INTEGER)], {
+      error: (issue) => `must be a job id: a positive integer, as a string or a number (got ${describe(issue.input)})`,
+    }),
+    { error: (issue) => `must be an array of job ids (got ${describe(issue.input)})` },
+  )
+  .max(MAX_DEPENDENCIES, `must list at most ${MAX_DEPENDENCIES} jobs`)
+  .meta({
+    description:
+      'jobs this one waits for (of any queue; a tenant token: of its tenant): it runs once they have all succeeded',
+  });
+const onDependencyFailure = dependencyShape.onDependencyFailure.meta({
+  description: "when one of them ends dead, cancelled or expired: 'cancel' this job (default) or 'continue'",
+});
+
 export const enqueueOneSchema = z
   .strictObject({
     ...jobOptionShape,
@@ -62,9 +84,68 @@ export const enqueueOneSchema = z
     payload: z.unknown().optional(),
     runAt: isoDate.optional(),
     expiresAt: isoDate.optional(),
+    dependsOn: dependsOnSchema.optional(),
+    onDependencyFailure,
   })
   .refine((o) => o.runAt === undefined || o.delayMs === undefined, { error: 'give runAt or delayMs, not both' })
   .meta({ description: 'One job: its task, payload, and the options of enqueue' });
+
+/**
+ * A job of a flow: enqueue's options but deduplication and debounce, and its children,
+ * each of this same shape (checked one by one: see parseFlow).
+ */
+const { dedupe: _d, dedupKey: _k, dedupWindowMs: _w, debounce: _b, ...flowOptionShape } = jobOptionShape;
+export const flowNodeBody = z
+  .strictObject({
+    ...flowOptionShape,
+    task: nameSchema(200),
+    payload: z.unknown().optional(),
+    runAt: isoDate.optional(),
+    expiresAt: isoDate.optional(),
+    dependsOn: dependsOnSchema.optional(),
+    onDependencyFailure,
+    children: z
+      .array(z.record(z.string(), z.unknown()), {
+        error: (issue) => `must be an array of jobs (got ${describe(issue.input)})`,
+      })
+      .optional()
+      .meta({ description: 'the jobs this one waits for, enqueued with it: objects of this same shape' }),
+  })
+  .refine((o) => o.runAt === undefined || o.delayMs === undefined, { error: 'give runAt or delayMs, not both' })
+  .meta({ description: 'A job of a flow and its children (it runs after them), enqueued in one transaction' });
+
+export type FlowNodeBody = Omit<z.output<typeof flowNodeBody>, 'children'> & { children?: FlowNodeBody[] };
+
+/** A flow's body, checked node by node (without recursion: a chain may be deep), so that an error names the node's path. */
+export function parseFlow(value: unknown): FlowNodeBody {
+  let seen = 0;
+  const node = (v: unknown, field: string): FlowNodeBody => {
+    if (++seen > MAX_DEPENDENCIES) {
+      throw new TuskValidationError(field, `is one job too many: a flow has at most ${MAX_DEPENDENCIES} jobs`);
+    }
+    return parse(flowNodeBody, v, field) as FlowNodeBody;
+  };
+  const root = node(value, 'body');
+  const stack: Array<[FlowNodeBody, string, number]> = [[root, 'body', 1]];
+  while (stack.length > 0) {
+    const [parent, field, depth] = stack.pop() as [FlowNodeBody, string, number];
+    parent.children = parent.children?.map((child, i) => {
+      const at = `${field}.children.${i}`;
+      if (depth >= MAX_FLOW_DEPTH) throw new TuskValidationError(at, TOO_DEEP_FLOW);
+      const parsed = node(child, at);
+      stack.push([parsed, at, depth + 1]);
+      return parsed;
+    });
+  }
+  return root;
+}
+
+export const flowIdsSchema = z
+  .object({
+    id: jobIdSchema,
+    children: z.array(z.unknown()).meta({ description: 'the ids of its children, each { id, children }' }),
+  })
+  .meta({ description: 'the ids of the flow, in its shape' });
 
 export const enqueueManySchema = z
   .strictObject({ jobs: z.array(enqueueOneSchema).min(1, 'must not be empty').max(10_000, 'at most 10 000 jobs') })
@@ -174,6 +255,8 @@ export const jobSchema = z.object({
   errors: z.array(jobError).meta({ description: 'every failed attempt, oldest first' }),
   cancelRequested: z.boolean(),
   progress: z.unknown().meta({ description: 'what its handler last reported with ctx.progress(), or null' }),
+  dependsOn: z.array(jobIdSchema).meta({ description: 'the jobs it depends on, in order' }),
+  waitingOn: z.number().meta({ description: 'how many of them have not ended: while above 0 it waits (scheduled)' }),
 });
 
 export const jobSummarySchema = z.object({
@@ -217,6 +300,7 @@ export const leasedJobSchema = z.object({
   maxAttempts: z.number(),
   createdAt: date,
   leaseUntil: date,
+  dependsOn: z.array(jobIdSchema).meta({ description: 'the jobs it depends on: read their results at /api/jobs/{id}' }),
 });
 
 export const fetchedSchema = z.object({ jobs: z.array(leasedJobSchema) });

@@ -19,11 +19,14 @@ export interface ClaimedRow {
   source_type: string | null;
   source_id: string | null;
   source_method: string | null;
+  /** The jobs it depends on (null: none). */
+  depends_on: string[] | null;
 }
 
 /** The select list giving a ClaimedRow from a row of claim_jobs or fetch_jobs. */
 export const CLAIMED_COLUMNS = `id, tenant, queue, task, payload, priority, attempts, lease_token, max_attempts,
-  (extract(epoch FROM created_at) * 1000)::float8 AS created_ms, retry, source_type, source_id, source_method`;
+  (extract(epoch FROM created_at) * 1000)::float8 AS created_ms, retry, source_type, source_id, source_method,
+  depends_on`;
 
 export interface ClaimArgs {
   worker: number | null;

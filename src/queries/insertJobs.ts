@@ -2,6 +2,7 @@ import pg from 'pg';
 import type { JobRecord } from '../client/entries.js';
 import type { Queryable } from '../db/queryable.js';
 import { ident } from '../db/schema.js';
+import { TuskValidationError } from '../errors.js';
 
 /**
  * Inserts jobs in one statement from a JSON array of
@@ -93,3 +94,38 @@ export async function insertJob(db: Queryable, schema: string, r: JobRecord): Pr
       : await db.query<{ id: string }>(text, values);
   return rows[0]?.id as string;
 }
+
+/**
+ * Inserts jobs of which some depend on others (see enqueue_flow in sql/): one statement,
+ * so the jobs and their dependencies are written together or not at all. Returns the ids
+ * in input order. A dependency that is no job is a TuskValidationError naming it (the
+ * database says which, as the error's column).
+ */
+export async function insertJobsFlow(db: Queryable, schema: string, jobsJson: string): Promise<string[]> {
+  try {
+    const { rows } = await db.query<{ id: string }>(
+      `SELECT f.id::text AS id FROM ${ident(schema)}.enqueue_flow($1::jsonb) WITH ORDINALITY AS f(id, n) ORDER BY f.n`,
+      [jobsJson],
+    );
+    return rows.map((r) => r.id);
+  } catch (error) {
+    throw refusedArgument(error) ?? error;
+  }
+}
+
+/** A refusal of enqueue_flow (SQLSTATE 22023 with the field as its column), as a TuskValidationError. */
+function refusedArgument(error: unknown): TuskValidationError | null {
+  // an adapter (Drizzle) may wrap the driver's error
+  for (let e = error as PgError | undefined, depth = 0; e && depth < 5; e = e.cause as PgError | undefined, depth++) {
+    if (e.code === '22023' && typeof e.column === 'string' && typeof e.message === 'string') {
+      const prefix = `tusk: ${e.column} `;
+      return new TuskValidationError(
+        e.column,
+        e.message.startsWith(prefix) ? e.message.slice(prefix.length) : e.message,
+      );
+    }
+  }
+  return null;
+}
+
+type PgError = { code?: string; column?: string; message?: string; cause?: unknown };

@@ -25,6 +25,8 @@ export interface JobRow {
   source_id: string | null;
   source_method: string | null;
   progress: unknown;
+  depends_on: string[] | null;
+  waiting_on: number;
 }
 
 /** The select list giving a JobRow from `jobs` (unfinished jobs). */
@@ -34,10 +36,10 @@ export const UNFINISHED_COLUMNS = `id, tenant, queue, task, payload, priority, s
   CASE WHEN started_at IS NOT NULL
        THEN least(2147483647, greatest(0, extract(epoch FROM started_at - run_at) * 1000))::integer END AS wait_ms,
   NULL::integer AS run_ms, stats, NULL::jsonb AS result, errors, cancel_requested,
-  source_type, source_id, source_method, progress`;
+  source_type, source_id, source_method, progress, depends_on, waiting_on`;
 
 /** The select list giving a JobRow from `job_history` (finished jobs). */
 export const FINISHED_COLUMNS = `id, tenant, queue, task, payload, priority, state::text AS state,
   attempts, max_attempts, concurrency_key, created_at, run_at, started_at, finished_at, expires_at,
   wait_ms, run_ms, stats, result, errors, false AS cancel_requested, source_type, source_id, source_method,
-  progress`;
+  progress, depends_on, 0 AS waiting_on`;

@@ -22,13 +22,13 @@ export async function createRoles(db: Queryable, schema: string, prefix: string)
   await db.query(`DO $$ BEGIN ${create(r.producer)} ${create(r.worker)} ${create(r.api)} END $$`);
   await db.query(`
     GRANT USAGE ON SCHEMA ${s} TO ${producer}, ${worker}, ${api};
-    -- producers: enqueue (jobs, staging, the dedup path), read jobs and history, check the schema,
-    -- apply the task definitions workers recorded
+    -- producers: enqueue (jobs, staging, the dedup and dependency paths), read jobs and history, check the
+    -- schema, apply the task definitions workers recorded
     GRANT SELECT ON ${s}.migrations, ${s}.jobs, ${s}.job_history, ${s}.task_definitions TO ${producer};
     GRANT SELECT, INSERT ON ${s}.jobs, ${s}.staged_jobs TO ${producer};
     GRANT USAGE ON SEQUENCE ${s}.jobs_id_seq TO ${producer};
     GRANT EXECUTE ON FUNCTION ${s}.enqueue_dedup(jsonb), ${s}.enqueue_job(text, jsonb, jsonb),
-      ${s}.enqueue_jobs(jsonb) TO ${producer};
+      ${s}.enqueue_jobs(jsonb), ${s}.enqueue_flow(jsonb) TO ${producer};
     -- workers in any language: the lease functions, no table
     GRANT EXECUTE ON FUNCTION ${s}.fetch_jobs(integer, integer, text, text), ${s}.ack_job(bigint, bigint, jsonb),
       ${s}.nack_job(bigint, bigint, integer, jsonb), ${s}.extend_lease(bigint, bigint, integer) TO ${worker};

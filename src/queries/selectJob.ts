@@ -1,4 +1,4 @@
-import type { PreparedQueryable } from '../db/queryable.js';
+import type { PreparedQueryable, Queryable } from '../db/queryable.js';
 import { ident } from '../db/schema.js';
 import { FINISHED_COLUMNS, type JobRow, UNFINISHED_COLUMNS } from './jobColumns.js';
 
@@ -18,4 +18,23 @@ export async function selectJob(db: PreparedQueryable, schema: string, id: strin
     values: [id],
   });
   return rows[0] ?? null;
+}
+
+/**
+ * Jobs by id, unfinished or finished, in the order of `ids` (an id of no job is left
+ * out): what `ctx.dependencies()` reads.
+ */
+export async function selectJobs(db: Queryable, schema: string, ids: readonly string[]): Promise<JobRow[]> {
+  const s = ident(schema);
+  const { rows } = await db.query<JobRow & { ord: string }>(
+    `SELECT j.*, i.ord FROM unnest($1::bigint[]) WITH ORDINALITY AS i(id, ord)
+     CROSS JOIN LATERAL (
+       (SELECT ${UNFINISHED_COLUMNS} FROM ${s}.jobs WHERE id = i.id)
+       UNION ALL
+       (SELECT ${FINISHED_COLUMNS} FROM ${s}.job_history WHERE id = i.id)
+       LIMIT 1) j
+     ORDER BY i.ord`,
+    [ids],
+  );
+  return rows.map(({ ord: _, ...row }) => row);
 }

@@ -1,4 +1,4 @@
-import type { PreparedQueryable } from '../db/queryable.js';
+import type { PreparedQueryable, Queryable } from '../db/queryable.js';
 import { ident } from '../db/schema.js';
 import { FINISHED_COLUMNS, type JobRow, UNFINISHED_COLUMNS } from './jobColumns.js';
 
@@ -23,4 +23,24 @@ export async function selectTenantJob(
     values: [id, tenant],
   });
   return rows[0] ?? null;
+}
+
+/**
+ * Of `ids`, those of jobs of `tenant` (unfinished or finished): what a tenant's token may
+ * name as dependencies. Another tenant's job is left out as a missing one is.
+ */
+export async function selectTenantJobIds(
+  db: Queryable,
+  schema: string,
+  ids: readonly string[],
+  tenant: string,
+): Promise<Set<string>> {
+  const s = ident(schema);
+  const { rows } = await db.query<{ id: string }>(
+    `SELECT id::text AS id FROM ${s}.jobs WHERE id = ANY ($1::bigint[]) AND tenant = $2
+     UNION
+     SELECT id::text FROM ${s}.job_history WHERE id = ANY ($1::bigint[]) AND tenant = $2`,
+    [ids, tenant],
+  );
+  return new Set(rows.map((r) => r.id));
 }

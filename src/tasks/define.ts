@@ -1,6 +1,6 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { nameSchema, parse } from '../client/validate.js';
-import type { EnqueueOptions, Job, JobSpec } from '../types.js';
+import type { EnqueueOptions, FlowSpec, Job, JobSpec } from '../types.js';
 import { definitionSchema, type Handler, type NamedTask, type TaskDefinition } from './definition.js';
 
 /**
@@ -97,4 +97,12 @@ type PayloadField<Payload> = undefined extends Payload ? { payload?: Payload } :
 /** An entry of `enqueueMany` for a task of the list, with its payload's type. */
 export type TypedJobSpec<L extends TaskList> = {
   [N in TaskName<L>]: Omit<JobSpec, 'task' | 'payload'> & { task: N } & PayloadField<TaskPayload<L, N>>;
+}[TaskName<L>];
+
+/** A job of a flow (`tusk.flow`) for a task of the list, with its payload's type, and its children. */
+export type TypedFlowSpec<L extends TaskList> = {
+  [N in TaskName<L>]: Omit<FlowSpec, 'task' | 'payload' | 'children'> & {
+    task: N;
+    children?: ReadonlyArray<TypedFlowSpec<L>>;
+  } & PayloadField<TaskPayload<L, N>>;
 }[TaskName<L>];

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { describe, furthest, integer, keysAt, MAX_DELAY_MS, nameSchema, unknownOptions } from '../client/validate.js';
 import { TuskValidationError } from '../errors.js';
 import type { RetryPolicy } from '../policies/backoff.js';
-import type { JobSource } from '../types.js';
+import type { Job, JobSource } from '../types.js';
 import { type IsolateOptions, isolatedHandler } from '../worker/isolate.js';
 
 /** What a handler gets besides its payload. */
@@ -20,6 +20,8 @@ export interface JobContext {
     createdAt: Date;
     /** The record the job is about (see `tusk.async`), or null. */
     source: JobSource | null;
+    /** The jobs it depends on (`dependsOn`, or its children in a flow), in order; empty for none. */
+    dependsOn: string[];
   };
   /**
    * Aborted when the attempt must stop: its timeout passed, the job was cancelled, the
@@ -38,6 +40,17 @@ export interface JobContext {
    * for (const [i, row] of rows.entries()) { await load(row); ctx.progress({ done: i + 1, of: rows.length }); }
    */
   progress(value: unknown): void;
+  /**
+   * The jobs this one depends on (`ctx.job.dependsOn`, in that order), as `getJob` returns
+   * them: their `state` (`succeeded`, unless the job was enqueued with
+   * `onDependencyFailure: 'continue'` or retried by hand) and `result`. Read from the
+   * database on the first call; an empty array for a job with no dependencies. A
+   * dependency whose history was deleted since (retention) is left out.
+   *
+   * @example
+   * const totals = (await ctx.dependencies()).map((job) => (job.result as { total: number }).total);
+   */
+  dependencies(): Promise<Job[]>;
 }
 
 /** A task handler: its return value (JSON) is stored as the job's result. */

@@ -2,6 +2,10 @@ import { toClaimed } from '../client/jobs.js';
 import { toJson } from '../client/json.js';
 import type { ClaimedRow } from '../queries/claimJobs.js';
 import type { Handler, JobContext } from '../tasks/definition.js';
+import type { Job } from '../types.js';
+
+/** Reads jobs by id, in the order given (an id of no job left out). */
+export type JobLoader = (ids: readonly string[]) => Promise<Job[]>;
 
 /** ctx.progress() values are small: they are written while the job runs. */
 const PROGRESS_MAX_BYTES = 4096;
@@ -72,8 +76,13 @@ export class ActiveJob {
    * result, or rejects with its error or the abort reason (timeout, cancel, ...), whichever
    * comes first. The worker enforces `deadline`.
    */
-  run(handler: Handler, timeoutMs: number | null, payload: unknown = this.row.payload): Promise<unknown> {
-    const ctx = new Context(this);
+  run(
+    handler: Handler,
+    timeoutMs: number | null,
+    payload: unknown = this.row.payload,
+    load: JobLoader = async () => [],
+  ): Promise<unknown> {
+    const ctx = new Context(this, load);
     this.startedAt = performance.now();
     if (timeoutMs !== null) this.deadline = this.startedAt + timeoutMs;
     return new Promise((resolve, reject) => {
@@ -111,10 +120,13 @@ export class ActiveJob {
  */
 class Context implements JobContext {
   readonly #active: ActiveJob;
+  readonly #load: JobLoader;
   #job: JobContext['job'] | undefined;
+  #dependencies: Promise<Job[]> | undefined;
 
-  constructor(active: ActiveJob) {
+  constructor(active: ActiveJob, load: JobLoader) {
     this.#active = active;
+    this.#load = load;
   }
 
   get job(): JobContext['job'] {
@@ -134,5 +146,16 @@ class Context implements JobContext {
   progress(value: unknown): void {
     this.#active.progress = toJson(value === undefined ? null : value, 'progress', PROGRESS_MAX_BYTES);
     this.#active.progressDirty = true;
+  }
+
+  dependencies(): Promise<Job[]> {
+    const ids = this.#active.row.depends_on;
+    if (!ids || ids.length === 0) return Promise.resolve([]);
+    // once per attempt; a failed read may be tried again
+    this.#dependencies ??= this.#load(ids).catch((error) => {
+      this.#dependencies = undefined;
+      throw error;
+    });
+    return this.#dependencies;
   }
 }

@@ -62,13 +62,15 @@ export function isolatedHandler(options: IsolateOptions): Handler {
   const module = moduleUrl(options.module).href;
   const exportName = options.export ?? 'default';
   const { memoryMb } = options;
-  return (payload: unknown, ctx: JobContext) =>
-    new Promise((resolvePromise, reject) => {
+  return async (payload: unknown, ctx: JobContext) => {
+    // read here, before the thread starts: the thread has no connection of its own
+    const dependencies = ctx.job.dependsOn.length > 0 ? await ctx.dependencies() : [];
+    return new Promise((resolvePromise, reject) => {
       const { signal } = ctx;
       if (signal.aborted) return reject(signal.reason);
       const thread = new Thread(THREAD_SOURCE, {
         eval: true,
-        workerData: { module, exportName, payload, job: ctx.job },
+        workerData: { module, exportName, payload, job: ctx.job, dependencies },
         ...(memoryMb === undefined ? {} : { resourceLimits: { maxOldGenerationSizeMb: memoryMb } }),
       });
       // counted until the thread is gone, not until the job is settled
@@ -109,6 +111,7 @@ export function isolatedHandler(options: IsolateOptions): Handler {
         finish(() => reject(new HandlerCrashedError(`the handler's thread exited (code ${code}) before it finished`))),
       );
     });
+  };
 }
 
 type ThreadMessage =
@@ -133,7 +136,7 @@ function revive(error: { name: string; message: string; stack?: string }): Error
 const THREAD_SOURCE = `
 const { parentPort, workerData } = require('node:worker_threads');
 const { inspect, types } = require('node:util');
-const { module, exportName, payload, job } = workerData;
+const { module, exportName, payload, job, dependencies } = workerData;
 const failed = (name, message, stack) => parentPort.postMessage({ type: 'failed', error: { name, message, stack } });
 function fail(error) {
   try {
@@ -164,6 +167,7 @@ function fail(error) {
     signal: new AbortController().signal,
     stats: (values) => parentPort.postMessage({ type: 'stats', values }),
     progress: (value) => parentPort.postMessage({ type: 'progress', value }),
+    dependencies: async () => dependencies,
   };
   let result;
   try {

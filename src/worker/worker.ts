@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
+import { toJob } from '../client/jobs.js';
 import { toJson } from '../client/json.js';
 import type { Database } from '../db/connection.js';
 import { Listener } from '../db/listener.js';
@@ -24,6 +25,7 @@ import { nextDueInMs, promoteDueJobs } from '../queries/dueJobs.js';
 import { type FinalState, finishJobs } from '../queries/finishJobs.js';
 import { setProgress } from '../queries/progress.js';
 import { requeueJobs } from '../queries/requeueJobs.js';
+import { selectJobs } from '../queries/selectJob.js';
 import { recordDefinitions } from '../queries/taskDefinitions.js';
 import { heartbeat, registerWorker, unregisterWorker } from '../queries/workers.js';
 import { definitionRows } from '../tasks/recorded.js';
@@ -31,7 +33,7 @@ import { validatePayload } from '../tasks/schema.js';
 import type { SourceRegistry } from '../tasks/sources.js';
 import { Upkeep } from '../upkeep/upkeep.js';
 import { VERSION } from '../version.js';
-import { ActiveJob } from './activeJob.js';
+import { ActiveJob, type JobLoader } from './activeJob.js';
 import { Batcher } from './batcher.js';
 import { errorRecord } from './errorRecord.js';
 import { Fifo } from './fifo.js';
@@ -481,7 +483,7 @@ export class Worker {
       }
       const timeoutMs = task.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : task.timeoutMs;
       if (timeoutMs !== null) this.#watchDeadlines(timeoutMs);
-      const value = await job.run(task.handler, timeoutMs, payload);
+      const value = await job.run(task.handler, timeoutMs, payload, this.#loadJobs);
       outcome = {
         ok: true,
         result: value === undefined ? 'null' : toJson(value, 'result', this.#host.maxPayloadBytes),
@@ -567,6 +569,9 @@ export class Worker {
   }
 
   // ---- writing outcomes ---------------------------------------------------------------
+
+  /** What ctx.dependencies() reads. */
+  readonly #loadJobs: JobLoader = async (ids) => (await selectJobs(this.#pool, this.#host.schema, ids)).map(toJob);
 
   async #writeFinished(state: FinalState, items: string[]): Promise<void> {
     const done = await this.#retrying(`finishing jobs as ${state}`, () =>

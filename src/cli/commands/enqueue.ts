@@ -22,6 +22,8 @@ interface Options {
   debounceMs?: number;
   debounceMaxWaitMs?: number;
   source?: EnqueueOptions['source'];
+  dependsOn?: string[];
+  onDependencyFailure?: 'cancel' | 'continue';
 }
 
 /** An ISO 8601 time with its date and time (`2026-05-01T09:00:00Z`), as a Date. */
@@ -109,6 +111,17 @@ export function enqueueCommand(program: Command): void {
       intOption('--debounce-max-wait-ms', 1, MAX_DELAY_MS),
     )
     .option('--source <type:id>', 'the record the job is about: type:id, or JSON with a method', sourceOption)
+    .option(
+      '--depends-on <ids>',
+      'job ids, comma-separated: it waits until they have ended, and runs if they all succeeded',
+      (value: string) => value.split(',').map((id) => id.trim()),
+    )
+    .addOption(
+      new Option('--on-dependency-failure <what>', 'when one of them ends dead, cancelled or expired').choices([
+        'cancel',
+        'continue',
+      ]),
+    )
     .action(async (task: string, payloadText: string, options: Options, command: Command) => {
       const payload = await jsonArgument(payloadText, 'payload');
       const { delay, debounceKey, debounceMs, debounceMaxWaitMs, ...rest } = options;

@@ -5,10 +5,11 @@ import { jobId, toJob } from '../../client/jobs.js';
 import { parse } from '../../client/validate.js';
 import type { JobEvent } from '../../client/waiters.js';
 import type { PreparedQueryable } from '../../db/queryable.js';
+import { TuskValidationError } from '../../errors.js';
 import { selectFinished } from '../../queries/finished.js';
 import { selectProgress } from '../../queries/progress.js';
-import { selectTenantJob } from '../../queries/tenantJob.js';
-import type { Job } from '../../types.js';
+import { selectTenantJob, selectTenantJobIds } from '../../queries/tenantJob.js';
+import type { FlowSpec, Job } from '../../types.js';
 import type { Api } from '../api.js';
 import { scopedTenant } from '../auth.js';
 import { type Endpoint, endpoint } from '../endpoint.js';
@@ -20,14 +21,19 @@ import {
   enqueueManySchema,
   enqueueOneSchema,
   errorSchema,
+  type FlowNodeBody,
+  flowIdsSchema,
+  flowNodeBody,
   jobListSchema,
   jobQuery,
   jobSchema,
   listJobsQuery,
+  parseFlow,
   retriedSchema,
   retryAllBody,
   stateSchema,
 } from '../schemas.js';
+import type { Principal } from '../tokens.js';
 
 const notFoundDoc = { description: 'no such job (or not this token’s tenant’s)', schema: errorSchema };
 const invalidDoc = { description: 'a bad field, named in the error', schema: errorSchema };
@@ -49,6 +55,29 @@ export async function visibleJob(api: Api, c: Context<AppEnv>, db?: PreparedQuer
       : await selectTenantJob(db ?? (await api.tusk.pool()), api.schema, id, tenant).then((r) => r && toJob(r));
   if (!job) throw notFound('job');
   return job;
+}
+
+/**
+ * A tenant's token names only its tenant's jobs as dependencies: another tenant's job is
+ * refused as a missing one is (400, the same words the database uses).
+ */
+async function tenantDependencies(
+  api: Api,
+  principal: Principal,
+  jobs: ReadonlyArray<{ dependsOn?: ReadonlyArray<string | number> | undefined }>,
+  field: (i: number) => string,
+): Promise<void> {
+  if (principal.tenant === null) return;
+  const ids = jobs.flatMap((j) => (j.dependsOn ?? []).map(String));
+  if (ids.length === 0) return;
+  const mine = await selectTenantJobIds(await api.tusk.pool(), api.schema, ids, principal.tenant);
+  for (const [i, job] of jobs.entries()) {
+    for (const [k, id] of (job.dependsOn ?? []).entries()) {
+      if (!mine.has(String(id))) {
+        throw new TuskValidationError(`${field(i)}.${k}`, `is not a job: no job has id ${id}`);
+      }
+    }
+  }
 }
 
 export function jobEndpoints(api: Api): Endpoint[] {
@@ -81,11 +110,54 @@ export function jobEndpoints(api: Api): Endpoint[] {
             ...job,
             tenant: scopedTenant(principal, job.tenant, `body.jobs.${i}.tenant`),
           }));
+          await tenantDependencies(api, principal, jobs, (i) => `body.jobs.${i}.dependsOn`);
           return c.json(await inBody(() => api.tusk.enqueueMany(jobs)), 201);
         }
         const { task, payload, ...options } = body;
         const tenant = scopedTenant(principal, options.tenant, 'body.tenant');
+        await tenantDependencies(api, principal, [options], () => 'body.dependsOn');
         return c.json(await inBody(() => api.tusk.enqueue(task, payload, { ...options, tenant })), 201);
+      },
+    }),
+    endpoint({
+      method: 'post',
+      path: '/api/flows',
+      tag: 'jobs',
+      access: 'enqueue',
+      summary: 'Enqueue a flow: a job and its children (it runs after them, with their results), in one transaction',
+      description:
+        'Each job takes the options of enqueue but deduplication and debounce, and `children` of the same shape. A tenant token enqueues for its tenant.',
+      body: flowNodeBody,
+      batchBody: true,
+      parseBody: parseFlow,
+      responses: {
+        201: { description: 'the ids, in the shape of the flow', schema: flowIdsSchema },
+        400: invalidDoc,
+      },
+      async handle(c, { body }) {
+        const principal = c.get('principal');
+        // the jobs with their paths, depth first (as parseFlow named them)
+        const nodes: Array<[FlowNodeBody, string]> = [];
+        for (const stack: Array<[FlowNodeBody, string]> = [[body as FlowNodeBody, 'body']]; stack.length > 0; ) {
+          const [node, field] = stack.pop() as [FlowNodeBody, string];
+          nodes.push([node, field]);
+          node.tenant = scopedTenant(principal, node.tenant, `${field}.tenant`);
+          for (const [i, child] of (node.children ?? []).entries()) stack.push([child, `${field}.children.${i}`]);
+        }
+        await tenantDependencies(
+          api,
+          principal,
+          nodes.map(([node]) => node),
+          (i) => `${nodes[i]?.[1]}.dependsOn`,
+        );
+        try {
+          return c.json(await api.tusk.flow(body as FlowSpec), 201);
+        } catch (error) {
+          if (!(error instanceof TuskValidationError)) throw error;
+          // flow.children[2].task → body.children.2.task
+          const field = error.field.replace(/^flow/, 'body').replace(/\[(\d+)\]/g, '.$1');
+          throw new TuskValidationError(field, error.message.slice(error.field.length + 2));
+        }
       },
     }),
     endpoint({
