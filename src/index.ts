@@ -52,6 +52,7 @@ export {
   type TypedJob,
   type TypedJobSpec,
 } from './tasks/define.js';
+export type { IsolateOptions } from './tasks/isolate.js';
 export type { SourceOptions } from './tasks/sources.js';
 export { Tusk, type TuskOptions } from './tusk.js';
 export type {
@@ -71,7 +72,6 @@ export type {
   StageSpec,
 } from './types.js';
 export { Upkeep, type UpkeepOptions, type UpkeepReport } from './upkeep/upkeep.js';
-export type { IsolateOptions } from './worker/isolate.js';
 export type {
   Handler,
   JobContext,

@@ -3,7 +3,7 @@
 // the worker goes on running other jobs.
 import { describe, expect, it } from 'vitest';
 import { defineTask, type Job, type TaskDefinition, TuskValidationError } from '../src/index.js';
-import { isolatedThreads } from '../src/worker/isolate.js';
+import { isolatedThreads } from '../src/tasks/isolate.js';
 import { eventually, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);

@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker as Thread } from 'node:worker_threads';
 import { HandlerCrashedError, TuskValidationError } from '../errors.js';
-import type { Handler, JobContext } from '../tasks/definition.js';
+import type { Handler, JobContext } from './handler.js';
 
 /**
  * Runs a task's handler in a thread of its own (`node:worker_threads`), with a memory
