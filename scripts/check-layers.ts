@@ -10,6 +10,7 @@ const LAYERS: string[][] = [
   ['errors', 'types', 'version', 'log', 'peer'], // foundations: no behaviour of their own
   ['db'], // connections, embedded server, listener
   ['queries', 'migrate'], // every SQL statement; the schema's versions
+  ['validation'], // checks of every input, with the messages that name the field
   ['client', 'policies', 'tasks', 'schedules', 'upkeep', 'worker', 'drain', 'metrics'], // the parts
   ['tusk', 'index'], // the facade
   ['http', 'cli', 'demo'], // what users run

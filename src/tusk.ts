@@ -2,29 +2,10 @@ import type pg from 'pg';
 import { z } from 'zod';
 import { hasDedup, hasDependencies, type JobRecord, jobRecord } from './client/entries.js';
 import { jobId, toClaimed, toJob } from './client/jobs.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES_LIMIT, toJson } from './client/json.js';
 import { Queues } from './client/queues.js';
 import { type ScheduleInfo, Schedules } from './client/schedules.js';
 import { collectStats, type Stats } from './client/stats.js';
 import { Tenants } from './client/tenants.js';
-import {
-  clientSchema,
-  dateSchema,
-  describe,
-  enqueueOptionsSchema,
-  errorMessageSchema,
-  flowNodeSchema,
-  integer,
-  jobSpecSchema,
-  MAX_DELAY_MS,
-  MAX_DEPENDENCIES,
-  MAX_FLOW_DEPTH,
-  nameSchema,
-  parse,
-  stageOptionsSchema,
-  stageSpecSchema,
-  TOO_DEEP_FLOW,
-} from './client/validate.js';
 import { Waiters } from './client/waiters.js';
 import { jsonArray, type Written, writeRecords } from './client/write.js';
 import { type TransactionLike, toQueryable } from './db/adapters.js';
@@ -74,6 +55,25 @@ import type {
   StageSpec,
 } from './types.js';
 import { Upkeep, type UpkeepOptions } from './upkeep/upkeep.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES_LIMIT, toJson } from './validation/json.js';
+import {
+  clientSchema,
+  dateSchema,
+  describe,
+  enqueueOptionsSchema,
+  errorMessageSchema,
+  flowNodeSchema,
+  integer,
+  jobSpecSchema,
+  MAX_DELAY_MS,
+  MAX_DEPENDENCIES,
+  MAX_FLOW_DEPTH,
+  nameSchema,
+  parse,
+  stageOptionsSchema,
+  stageSpecSchema,
+  TOO_DEEP_FLOW,
+} from './validation/validate.js';
 import type { WorkerOptions } from './worker/options.js';
 import { Worker, type WorkerHost } from './worker/worker.js';
 

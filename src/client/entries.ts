@@ -1,7 +1,7 @@
 import type { TaskDefinition } from '../tasks/definition.js';
 import type { JobSpec } from '../types.js';
+import { toJson } from '../validation/json.js';
 import { derivedDedupKey } from './dedup.js';
-import { toJson } from './json.js';
 
 /** Per-job options (see EnqueueOptions). */
 type Options = Omit<JobSpec, 'task' | 'payload'>;

@@ -1,6 +1,6 @@
 import type { Queryable } from '../db/queryable.js';
 import { pausedQueues, pauseQueue } from '../queries/queues.js';
-import { nameSchema, parse } from './validate.js';
+import { nameSchema, parse } from '../validation/validate.js';
 
 const queueName = nameSchema(128);
 

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { describe } from './validate.js';
+import { describe } from '../validation/validate.js';
 
 const UNITS = ['hour', 'day', 'week', 'month', 'year'] as const;
 const RETENTION = /^\s*(\d{1,6})\s*(hour|day|week|month|year)s?\s*$/i;

@@ -12,8 +12,8 @@ import { cronOf, firstTickFrom } from '../schedules/cron.js';
 import type { CrontabEntry } from '../schedules/crontab.js';
 import { type ScheduleOptions, scheduleOptionsSchema } from '../schedules/options.js';
 import type { TaskDefinition } from '../tasks/definition.js';
+import { nameSchema, parse } from '../validation/validate.js';
 import { jobRecord } from './entries.js';
-import { nameSchema, parse } from './validate.js';
 
 /** A schedule as stored. */
 export interface ScheduleInfo {

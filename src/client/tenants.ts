@@ -10,8 +10,8 @@ import {
   updateDefaultSlots,
   upsertTenant,
 } from '../queries/tenants.js';
+import { describe, flagSchema, integer, nameSchema, parse } from '../validation/validate.js';
 import { retentionSchema } from './retention.js';
-import { describe, flagSchema, integer, nameSchema, parse } from './validate.js';
 
 /** A tenant's settings and its unfinished jobs. */
 export interface TenantInfo {

@@ -1,7 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { z } from 'zod';
-import { parse } from '../client/validate.js';
 import type { Database } from '../db/connection.js';
 import { Listener } from '../db/listener.js';
 import { TuskError } from '../errors.js';
@@ -15,6 +14,7 @@ import {
   takeoverWaitMs,
   tryDrainLock,
 } from '../queries/staged.js';
+import { parse } from '../validation/validate.js';
 import { type Sink, StagedJob } from './sink.js';
 import { tuskSink } from './tuskSink.js';
 

@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import { every } from 'hono/combine';
-import { parse } from '../client/validate.js';
 import type { Logger } from '../log.js';
+import { parse } from '../validation/validate.js';
 import type { Api } from './api.js';
 import { type BodyLimits, readText } from './body.js';
 import { mountDashboard } from './dashboard.js';

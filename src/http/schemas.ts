@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { TuskValidationError } from '../errors.js';
 import {
   dependencyShape,
   describe,
@@ -12,8 +13,7 @@ import {
   nameSchema,
   parse,
   TOO_DEEP_FLOW,
-} from '../client/validate.js';
-import { TuskValidationError } from '../errors.js';
+} from '../validation/validate.js';
 import { SCOPES } from './scopes.js';
 
 // Requests. Validated with `parse` (errors name the field: `body.jobs.2.delayMs: ...`),

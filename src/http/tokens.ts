@@ -1,6 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { nameSchema, parse, storableText, stringSchema } from '../client/validate.js';
 import type { Queryable } from '../db/queryable.js';
 import {
   findToken,
@@ -10,6 +9,7 @@ import {
   selectTokens,
   type TokenRow,
 } from '../queries/apiTokens.js';
+import { nameSchema, parse, storableText, stringSchema } from '../validation/validate.js';
 import { parseScopes, type Scope, TENANT_SCOPES } from './scopes.js';
 
 /**

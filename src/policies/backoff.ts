@@ -1,4 +1,4 @@
-import { MAX_DELAY_MS } from '../client/validate.js';
+import { MAX_DELAY_MS } from '../validation/validate.js';
 
 /**
  * How long to wait before retrying a failed attempt:

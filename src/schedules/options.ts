@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { integer, jobOptionShape, nameSchema } from '../client/validate.js';
+import { integer, jobOptionShape, nameSchema } from '../validation/validate.js';
 
 /** Options of `tusk.schedule()`: the jobs it enqueues, and how its ticks are read. */
 export interface ScheduleOptions {

@@ -1,5 +1,5 @@
-import { describe } from '../client/validate.js';
 import { TuskValidationError } from '../errors.js';
+import { describe } from '../validation/validate.js';
 
 /**
  * A type as it may travel to a job as an argument: JSON data. Functions, symbols, BigInt,

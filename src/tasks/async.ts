@@ -1,6 +1,6 @@
-import { describe, enqueueOptionsSchema, isSourceId, parse, SOURCE_ID_RULE } from '../client/validate.js';
 import { TuskValidationError } from '../errors.js';
 import type { Enqueued, EnqueueOptions } from '../types.js';
+import { describe, enqueueOptionsSchema, isSourceId, parse, SOURCE_ID_RULE } from '../validation/validate.js';
 import { type JsonArgs, jsonArgs } from './args.js';
 import { isMethod, type SourceRegistry } from './sources.js';
 

@@ -1,6 +1,6 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
-import { nameSchema, parse } from '../client/validate.js';
 import type { EnqueueOptions, FlowSpec, Job, JobSpec } from '../types.js';
+import { nameSchema, parse } from '../validation/validate.js';
 import { definitionSchema, type Handler, type NamedTask, type TaskDefinition } from './definition.js';
 
 /**

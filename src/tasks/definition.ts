@@ -1,8 +1,16 @@
 import type { StandardSchemaV1 } from '@standard-schema/spec';
 import { z } from 'zod';
-import { describe, furthest, integer, keysAt, MAX_DELAY_MS, nameSchema, unknownOptions } from '../client/validate.js';
 import { TuskValidationError } from '../errors.js';
 import type { RetryPolicy } from '../policies/backoff.js';
+import {
+  describe,
+  furthest,
+  integer,
+  keysAt,
+  MAX_DELAY_MS,
+  nameSchema,
+  unknownOptions,
+} from '../validation/validate.js';
 import type { Handler } from './handler.js';
 import { type IsolateOptions, isolatedHandler } from './isolate.js';
 

@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { nameSchema, parse } from '../client/validate.js';
 import { TuskError, TuskNotFoundError, TuskValidationError, UnknownTaskError } from '../errors.js';
 import type { RetryPolicy } from '../policies/backoff.js';
+import { nameSchema, parse } from '../validation/validate.js';
 import { type JobContext, retrySchema, type TaskDefinition, timeoutSchema } from './definition.js';
 
 /** How `tusk.register` finds and names the instances of a class. */

@@ -1,8 +1,8 @@
 import { toClaimed } from '../client/jobs.js';
-import { toJson } from '../client/json.js';
 import type { ClaimedRow } from '../queries/claimJobs.js';
 import type { Handler, JobContext } from '../tasks/definition.js';
 import type { Job } from '../types.js';
+import { toJson } from '../validation/json.js';
 
 /** Reads jobs by id, in the order given (an id of no job left out). */
 export type JobLoader = (ids: readonly string[]) => Promise<Job[]>;

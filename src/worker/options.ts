@@ -1,8 +1,8 @@
 import { z } from 'zod';
-import { describe, flagSchema, integer, nameSchema, parse } from '../client/validate.js';
 import { TuskValidationError } from '../errors.js';
 import { type TaskDefinition, type Tasks, taskMap, tasksSchema } from '../tasks/definition.js';
 import { checkIsolatedModule } from '../tasks/isolate.js';
+import { describe, flagSchema, integer, nameSchema, parse } from '../validation/validate.js';
 
 export type { Handler, JobContext, TaskDefinition, Tasks } from '../tasks/definition.js';
 

@@ -1,7 +1,7 @@
 import { type Command, Option } from 'commander';
-import { MAX_DELAY_MS } from '../../client/validate.js';
 import { TuskValidationError } from '../../errors.js';
 import type { EnqueueOptions } from '../../types.js';
+import { MAX_DELAY_MS } from '../../validation/validate.js';
 import { intOption, optionError, tuskFor } from '../context.js';
 import { jsonArgument } from '../payload.js';
 

@@ -1,5 +1,5 @@
 import { activity, workers } from '../../client/inspect.js';
-import { parse } from '../../client/validate.js';
+import { parse } from '../../validation/validate.js';
 import { VERSION } from '../../version.js';
 import type { Api } from '../api.js';
 import { roleOf, sees } from '../auth.js';
