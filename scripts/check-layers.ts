@@ -41,7 +41,9 @@ const files = (dir: string): string[] =>
 const bad: string[] = [];
 for (const path of files(SRC)) {
   const from = relative(SRC, path);
-  for (const [, spec] of readFileSync(path, 'utf8').matchAll(/(?:import|export)[^'";]*?from\s+'(\.[^']+)'/g)) {
+  // static imports and re-exports, side-effect imports and dynamic import()s alike
+  const specs = /(?:(?:import|export)[^'";]*?from\s+|\bimport\s*\(\s*|\bimport\s+)'(\.[^']+)'/g;
+  for (const [, spec] of readFileSync(path, 'utf8').matchAll(specs)) {
     const to = relative(SRC, resolve(dirname(path), spec as string)).replace(/\.js$/, '.ts');
     if (layerOf(to) > layerOf(from) && !ALLOWED.has(`${from} -> ${to}`)) {
       bad.push(`  ${from} imports ${to}: ${LAYERS[layerOf(from)]?.join('/')} may not import ${LAYERS[layerOf(to)]?.join('/')}`);
