@@ -1,14 +1,19 @@
+// @ts-check
 // Calls to the server's API, with the token kept in this browser.
 
 const KEY = 'tusk.token';
 
 export const token = {
   get: () => localStorage.getItem(KEY),
-  set: (value) => localStorage.setItem(KEY, value),
+  set: (/** @type {string} */ value) => localStorage.setItem(KEY, value),
   clear: () => localStorage.removeItem(KEY),
 };
 
 export class ApiError extends Error {
+  /**
+   * @param {number} status
+   * @param {any} body the error body, `{ error: { code, message } }`, or whatever came instead
+   */
   constructor(status, body) {
     super(body?.error?.message ?? `HTTP ${status}`);
     this.status = status;
@@ -18,13 +23,23 @@ export class ApiError extends Error {
 
 /** The server did not answer at all (stopped, restarting, network down): fetch itself failed. */
 export class UnreachableError extends Error {
+  /** @param {unknown} cause */
   constructor(cause) {
     super(`Cannot reach the Tusk server at ${location.host}: it has stopped, or the network is down.`, { cause });
   }
 }
 
-/** `api('api/jobs?state=dead')`, `api('api/jobs/4/retry', { method: 'POST' })`. Paths are relative to the page. */
+/**
+ * `api('api/jobs?state=dead')`, `api('api/jobs/4/retry', { method: 'POST' })`. Paths are
+ * relative to the page. The answer's type is the caller's to say (the server's response
+ * schemas, in types.d.ts).
+ * @template T
+ * @param {string} path
+ * @param {{ method?: 'GET' | 'POST' | 'PATCH' | 'DELETE', body?: unknown }} [options]
+ * @returns {Promise<T>}
+ */
 export async function api(path, { method = 'GET', body } = {}) {
+  /** @type {Record<string, string>} */
   const headers = { accept: 'application/json' };
   const t = token.get();
   if (t) headers.authorization = `Bearer ${t}`;

@@ -1,17 +1,26 @@
+// @ts-check
 import { api } from './api.js';
-import { badge, duration, h, int, route, STATE_LABELS, STATES, table, time } from './dom.js';
+import { badge, duration, flushPanel, h, int, page, route, STATE_LABELS, STATES, table, time } from './dom.js';
+
+/** @import { Context, JobList, View } from './types.js' */
 
 const PAGE = 50;
 const RETRYABLE = ['dead', 'cancelled', 'expired', 'failed'];
 
-/** Job list: filters in the address (`#/jobs?state=dead&tenant=acme`), keyset paging. */
+/**
+ * Job list: filters in the address (`#/jobs?state=dead&tenant=acme`), keyset paging.
+ * @param {Context} context
+ * @returns {View}
+ */
 export function jobs({ params, who, navigate, toast }) {
+  /** @type {Record<'state' | 'tenant' | 'queue' | 'task', string>} */
   const filter = {
     state: params.get('state') ?? '',
     tenant: who.role === 'tenant' ? '' : (params.get('tenant') ?? ''),
     queue: params.get('queue') ?? '',
     task: params.get('task') ?? '',
   };
+  /** @type {(name: 'tenant' | 'queue' | 'task', placeholder: string) => HTMLLabelElement} */
   const input = (name, placeholder) =>
     h(
       'label',
@@ -25,7 +34,7 @@ export function jobs({ params, who, navigate, toast }) {
       class: 'filters',
       onsubmit: (event) => {
         event.preventDefault();
-        const data = new FormData(event.target);
+        const data = new FormData(/** @type {HTMLFormElement} */ (event.currentTarget));
         navigate(route('jobs', Object.fromEntries([...data.entries()].map(([k, v]) => [k, String(v).trim()]))));
       },
     },
@@ -64,28 +73,18 @@ export function jobs({ params, who, navigate, toast }) {
         `Retry all ${STATE_LABELS[filter.state]} jobs matching`,
       )
     : null;
-  const el = h(
-    'div',
-    null,
-    h(
-      'div',
-      { class: 'page-head' },
-      h('h1', null, 'Jobs'),
-      h('span', { class: 'sub' }, 'newest first'),
-      h('div', { class: 'actions' }, retryAll),
-    ),
+  const el = page(
+    { title: 'Jobs', sub: 'newest first', actions: retryAll },
     form,
-    h(
-      'section',
-      { class: 'panel flush' },
-      body,
-      h('div', { class: 'pager' }, info, h('div', { class: 'buttons' }, newer, older)),
-    ),
+    flushPanel(null, body, h('div', { class: 'pager' }, info, h('div', { class: 'buttons' }, newer, older))),
   );
 
   // keyset paging: the cursors of the pages before this one
+  /** @type {(string | null)[]} */
   const cursors = [];
+  /** @type {string | null} */
   let cursor = null;
+  /** @type {string | null} */
   let next = null;
   newer.addEventListener('click', () => {
     cursor = cursors.pop() ?? null;
@@ -99,6 +98,7 @@ export function jobs({ params, who, navigate, toast }) {
 
   async function retryMatching() {
     if (!confirm(`Run again every ${STATE_LABELS[filter.state]} job matching these filters?`)) return;
+    /** @type {{ retried: number }} */
     const { retried } = await api('api/jobs/retry', {
       method: 'POST',
       body: Object.fromEntries(Object.entries(filter).filter(([, v]) => v !== '')),
@@ -111,13 +111,13 @@ export function jobs({ params, who, navigate, toast }) {
     const query = new URLSearchParams(Object.entries(filter).filter(([, v]) => v !== ''));
     query.set('limit', String(PAGE));
     if (cursor) query.set('cursor', cursor);
-    const page = await api(`api/jobs?${query}`);
-    next = page.nextCursor;
+    /** @type {JobList} */
+    const list = await api(`api/jobs?${query}`);
+    next = list.nextCursor;
     newer.disabled = cursors.length === 0;
     older.disabled = next === null;
-    info.textContent = page.jobs.length
-      ? `page ${cursors.length + 1} · jobs ${page.jobs.at(-1).id}–${page.jobs[0].id}`
-      : '';
+    const [first, last] = [list.jobs[0], list.jobs.at(-1)];
+    info.textContent = first && last ? `page ${cursors.length + 1} · jobs ${last.id}–${first.id}` : '';
     body.replaceChildren(
       table(
         [
@@ -132,7 +132,7 @@ export function jobs({ params, who, navigate, toast }) {
           { label: 'Run', num: true },
           { label: 'Last error', class: 'error-cell' },
         ],
-        page.jobs.map((j) => [
+        list.jobs.map((j) => [
           h('a', { href: route(`jobs/${j.id}`), class: 'mono' }, j.id),
           j.task,
           j.tenant,

@@ -1,7 +1,11 @@
+// @ts-check
 import { api } from './api.js';
 import { timeChart } from './charts.js';
-import { badge, duration, h, int, panel, route, STATES, table } from './dom.js';
+import { badge, duration, flushPanel, h, int, page, panel, route, STATES, table } from './dom.js';
 
+/** @import { Counts, JobState, Stats, Timeseries, View, Worker } from './types.js' */
+
+/** @type {[JobState, string, string][]} state, label, hint */
 const CARDS = [
   ['available', 'Waiting', 'can run now'],
   ['running', 'Running', 'claimed by workers'],
@@ -11,6 +15,12 @@ const CARDS = [
   ['dead', 'Dead', 'last hour'],
 ];
 
+/**
+ * @param {JobState} state
+ * @param {string} label
+ * @param {string} hint
+ * @param {number} value
+ */
 function card(state, label, hint, value) {
   return h(
     'a',
@@ -21,7 +31,11 @@ function card(state, label, hint, value) {
   );
 }
 
-/** Counts by state for one queue or tenant, each a link to those jobs. */
+/**
+ * Counts by state for one queue or tenant, each a link to those jobs.
+ * @param {{ counts: Counts }} group
+ * @param {Record<string, string>} filter
+ */
 function countCells(group, filter) {
   return STATES.map((state) => {
     const n = group.counts[state];
@@ -32,16 +46,18 @@ function countCells(group, filter) {
 // a function: a node can sit in one table only
 const stateColumns = () => STATES.map((s) => ({ label: badge(s), num: true }));
 
-/** Overview: counts now, activity over the last hour, per queue and per tenant. */
-// chart ranges: [label, minutes, bucket seconds]
-const RANGES = [
-  ['15 min', 15, 15],
-  ['1 hour', 60, 60],
-  ['6 hours', 360, 300],
-];
+/** @typedef {[string, number, number]} Range chart range: label, minutes, bucket seconds */
+/** @type {Range} */
+const HOUR = ['1 hour', 60, 60];
+/** @type {Range[]} */
+const RANGES = [['15 min', 15, 15], HOUR, ['6 hours', 360, 300]];
 
+/**
+ * Overview: counts now, activity over the last hour, per queue and per tenant.
+ * @returns {View}
+ */
 export function overview() {
-  let range = RANGES.find(([label]) => label === localStorage.getItem('tusk.range')) ?? RANGES[1];
+  let range = RANGES.find(([label]) => label === localStorage.getItem('tusk.range')) ?? HOUR;
   const cards = h('div', { class: 'cards' });
   const rangeButtons = RANGES.map((r) =>
     h(
@@ -63,16 +79,13 @@ export function overview() {
   const waitEl = h('div', { class: 'chart', 'aria-label': 'Wait time' });
   const queues = h('div');
   const tenants = h('div');
-  const el = h(
-    'div',
-    null,
-    h(
-      'div',
-      { class: 'page-head' },
-      h('h1', null, 'Overview'),
-      h('span', { class: 'sub' }, 'counts of finished jobs are over the last hour'),
-      h('div', { class: 'actions segmented' }, rangeButtons),
-    ),
+  const el = page(
+    {
+      title: 'Overview',
+      sub: 'counts of finished jobs are over the last hour',
+      actions: rangeButtons,
+      segmented: true,
+    },
     cards,
     h(
       'div',
@@ -80,23 +93,21 @@ export function overview() {
       panel('Jobs per minute', throughputEl),
       panel('Wait time before start (p50 / p95)', waitEl),
     ),
-    h(
-      'div',
-      { class: 'stack gap-top' },
-      h('section', { class: 'panel flush' }, h('h2', null, 'Queues'), queues),
-      h('section', { class: 'panel flush' }, h('h2', null, 'Tenants'), tenants),
-    ),
+    h('div', { class: 'stack gap-top' }, flushPanel('Queues', queues), flushPanel('Tenants', tenants)),
   );
 
+  /** @type {ReturnType<typeof timeChart> | null} */
   let throughput = null;
+  /** @type {ReturnType<typeof timeChart> | null} */
   let wait = null;
   let seriesAt = 0;
 
   async function refreshSeries() {
     const [, minutes, bucketSeconds] = range;
     for (const b of rangeButtons) b.classList.toggle('active', b.textContent === range[0]);
+    /** @type {Timeseries} */
     const { buckets } = await api(`api/timeseries?minutes=${minutes}&bucketSeconds=${bucketSeconds}`);
-    const perMinute = (n) => (n * 60) / bucketSeconds;
+    const perMinute = (/** @type {number} */ n) => (n * 60) / bucketSeconds;
     throughput ??= timeChart(throughputEl, {
       series: [
         { label: 'enqueued', color: '--s-available' },
@@ -127,6 +138,7 @@ export function overview() {
   }
 
   async function refresh() {
+    /** @type {[Stats, { workers: Worker[] }]} */
     const [stats, { workers }] = await Promise.all([api('api/stats'), api('api/workers')]);
     const alive = workers.filter((w) => w.alive).length;
     cards.replaceChildren(

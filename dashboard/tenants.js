@@ -1,25 +1,31 @@
+// @ts-check
 import { api } from './api.js';
-import { duration, h, int, route, table, time } from './dom.js';
+import { duration, h, int, route, table, tablePage, time } from './dom.js';
 
+/** @import { Context, Tenant, View } from './types.js' */
+
+/** @type {(value: string) => number | null} */
 const limit = (value) => (value.trim() === '' ? null : Number(value));
 
-/** Tenants: slots, running and waiting jobs; edit slots, pause and resume. */
+/**
+ * Tenants: slots, running and waiting jobs; edit slots, pause and resume.
+ * @param {Context} context
+ * @returns {View}
+ */
 export function tenants({ toast }) {
-  const body = h('div');
-  const el = h(
-    'div',
-    null,
-    h(
-      'div',
-      { class: 'page-head' },
-      h('h1', null, 'Tenants'),
-      h('span', { class: 'sub' }, 'slots cap the jobs a tenant runs at once, across all workers'),
-    ),
-    h('section', { class: 'panel flush' }, body),
-  );
+  const { el, body } = tablePage({
+    title: 'Tenants',
+    sub: 'slots cap the jobs a tenant runs at once, across all workers',
+  });
+  /** @type {string | null} the tenant whose row is being edited */
   let editing = null;
+  /** @type {Tenant[]} */
   let list = [];
 
+  /**
+   * @param {string} tenant
+   * @param {Record<string, unknown>} settings
+   */
   async function save(tenant, settings) {
     await api(`api/tenants/${encodeURIComponent(tenant)}`, { method: 'PATCH', body: settings });
     toast(`Tenant ${tenant} saved`);
@@ -27,17 +33,18 @@ export function tenants({ toast }) {
     await refresh();
   }
 
+  /** @param {Tenant} t */
   function editCells(t) {
     const slots = h('input', {
       class: 'narrow',
-      value: t.ownSlots ?? '',
+      value: String(t.ownSlots ?? ''),
       placeholder: 'default',
       inputmode: 'numeric',
       'aria-label': 'slots',
     });
     const perKey = h('input', {
       class: 'narrow',
-      value: t.perKey ?? '',
+      value: String(t.perKey ?? ''),
       placeholder: 'none',
       inputmode: 'numeric',
       'aria-label': 'per key',

@@ -94,6 +94,23 @@ describe('dashboard', () => {
     expect(pageErrors).toEqual([]);
   });
 
+  it('every section has its page head (one helper builds them) and runs without a script error', async () => {
+    await page.goto(`${listening.url}/?refresh=250`);
+    const sections = await page.locator('#nav a').evaluateAll((links) => links.map((a) => a.textContent));
+    expect(sections).toEqual(['Overview', 'Jobs', 'Tenants', 'Tasks', 'Workers']);
+    for (const name of sections) {
+      await page.locator('#nav a', { hasText: name as string }).click();
+      await page.locator('.page-head h1', { hasText: name as string }).waitFor();
+      expect(await page.locator('main .page-head').count()).toBe(1);
+      await expect.poll(() => page.locator('#live').getAttribute('class'), { timeout: 5_000 }).toBe('live ok');
+    }
+    // the type-checking files are not served
+    for (const file of ['types.d.ts', 'tsconfig.json']) {
+      expect((await fetch(`${listening.url}/assets/${file}`)).status).toBe(404);
+    }
+    expect(pageErrors).toEqual([]);
+  });
+
   it('the tasks page lists the definitions workers recorded, with the payload JSON Schema to unfold', async () => {
     const worker = db.worker({
       tasks: {
