@@ -1,6 +1,6 @@
 // @ts-check
 import { ApiError, api, token, UnreachableError } from './api.js';
-import { h } from './dom.js';
+import { clock, h } from './dom.js';
 import { job } from './job.js';
 import { jobs } from './jobs.js';
 import { overview } from './overview.js';
@@ -157,7 +157,7 @@ async function tick() {
   const view = current;
   try {
     await view.refresh();
-    if (view === current) setLive(true, `live · ${new Date().toLocaleTimeString()}`);
+    if (view === current) setLive(true, `live · ${clock(new Date())}`);
   } catch (error) {
     fail(error);
   } finally {

@@ -1,5 +1,7 @@
 // @ts-check
 // Time charts drawn by uPlot (loaded as a global by index.html).
+import { clock } from './dom.js';
+
 /** @import uPlot from 'uplot' */
 
 /** @type {(name: string) => string} */
@@ -45,8 +47,7 @@ export function timeChart(el, { series, format, height = 220 }) {
       scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
       series: [
         {
-          value: (_u, v) =>
-            v === null ? '—' : new Date(v * 1000).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }),
+          value: (_u, v) => (v === null ? '—' : clock(new Date(v * 1000), false)),
         },
         ...series.map(
           (s) =>

@@ -98,18 +98,44 @@ export function ago(iso) {
 }
 
 /**
- * A local date and time, to the second.
+ * The browser's offset from UTC at `d`: `UTC`, `UTC+2`, `UTC-5:30`. An offset rather than
+ * an abbreviation: abbreviations are ambiguous (CST) or missing for many zones.
+ * @param {Date} d
+ */
+export function utcOffset(d) {
+  const minutes = -d.getTimezoneOffset();
+  if (minutes === 0) return 'UTC';
+  const abs = Math.abs(minutes);
+  const rest = abs % 60;
+  return `UTC${minutes < 0 ? '-' : '+'}${Math.floor(abs / 60)}${rest ? `:${String(rest).padStart(2, '0')}` : ''}`;
+}
+
+/** The browser's time zone by name (`Europe/Paris`), which every time shown is in. */
+export const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone;
+
+const pad = (/** @type {number} */ n) => String(n).padStart(2, '0');
+
+/**
+ * A local date and time to the second, with its offset: `2030-01-01 10:00:00 UTC+1`.
  * @param {string | null | undefined} iso
  */
 export function dateTime(iso) {
   if (!iso) return '—';
   const d = new Date(iso);
-  const pad = (/** @type {number} */ n) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock(d)}`;
 }
 
-/** A time element showing `ago`, with the exact time on hover. @type {(iso: string | null | undefined) => Child} */
-export const time = (iso) => (iso ? h('time', { datetime: iso, title: dateTime(iso) }, ago(iso)) : '—');
+/**
+ * A local time of day with its offset: `10:00:00 UTC+1` (`10:00 UTC+1` without seconds).
+ * @param {Date} d
+ * @param {boolean} [seconds]
+ */
+export function clock(d, seconds = true) {
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}${seconds ? `:${pad(d.getSeconds())}` : ''} ${utcOffset(d)}`;
+}
+
+/** A time element showing `ago`, with the exact time and its zone on hover. @type {(iso: string | null | undefined) => Child} */
+export const time = (iso) => (iso ? h('time', { datetime: iso, title: `${dateTime(iso)} (${ZONE})` }, ago(iso)) : '—');
 
 /**
  * A table: `columns` are `{ label, num? }`; rows are arrays of cells (text or nodes).

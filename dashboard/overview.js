@@ -1,7 +1,7 @@
 // @ts-check
 import { api } from './api.js';
 import { timeChart } from './charts.js';
-import { badge, duration, flushPanel, h, int, page, panel, route, STATES, table } from './dom.js';
+import { badge, duration, flushPanel, h, int, page, panel, route, STATES, table, utcOffset, ZONE } from './dom.js';
 
 /** @import { Counts, JobState, Stats, Timeseries, View, Worker } from './types.js' */
 
@@ -45,6 +45,9 @@ function countCells(group, filter) {
 
 // a function: a node can sit in one table only
 const stateColumns = () => STATES.map((s) => ({ label: badge(s), num: true }));
+
+/** What zone a chart's time axis is in, beside its title. */
+const zoneNote = () => h('span', { class: 'zone', title: ZONE }, ` · times in ${utcOffset(new Date())} (${ZONE})`);
 
 /** @typedef {[string, number, number]} Range chart range: label, minutes, bucket seconds */
 /** @type {Range} */
@@ -90,8 +93,8 @@ export function overview() {
     h(
       'div',
       { class: 'grid two' },
-      panel('Jobs per minute', throughputEl),
-      panel('Wait time before start (p50 / p95)', waitEl),
+      panel(['Jobs per minute', zoneNote()], throughputEl),
+      panel(['Wait time before start (p50 / p95)', zoneNote()], waitEl),
     ),
     h('div', { class: 'stack gap-top' }, flushPanel('Queues', queues), flushPanel('Tenants', tenants)),
   );

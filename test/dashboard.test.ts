@@ -10,6 +10,7 @@ import { CHROMIUM, chromiumPresent, needs } from './services.js';
 const browserHere = needs(chromiumPresent());
 const ARTIFACTS = new URL('../test-artifacts/', import.meta.url).pathname;
 const ADMIN = 'dashboard-test-admin-token';
+const ZONE = 'Australia/Darwin';
 
 const db = useTestDb(import.meta.url);
 let browser: Browser;
@@ -22,7 +23,8 @@ beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   listening = await (await db.tusk.server({ adminToken: ADMIN })).listen({ port: 0 });
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-  page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
+  // a zone off UTC, and without summer time, so the times shown are known
+  page = await browser.newPage({ viewport: { width: 1360, height: 900 }, timezoneId: ZONE });
   page.on('pageerror', (error) => pageErrors.push(error));
 });
 afterAll(async () => {
@@ -108,6 +110,31 @@ describe('dashboard', () => {
     for (const file of ['types.d.ts', 'tsconfig.json']) {
       expect((await fetch(`${listening.url}/assets/${file}`)).status).toBe(404);
     }
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('every absolute time says its zone: dates, hover titles, the live clock, the charts', async () => {
+    const { id } = await db.tusk.enqueue('later', {}, { runAt: new Date('2030-01-01T09:00:00Z'), tenant: 'zones' });
+    await page.goto(`${listening.url}/?refresh=250#/jobs/${id}`);
+    await page.getByRole('heading', { name: `Job ${id}` }).waitFor();
+    const fact = (name: string) => page.locator('.fact', { hasText: name }).locator('.v');
+    expect(await fact('Runs at').textContent()).toBe('2030-01-01 18:30:00 UTC+9:30');
+    expect(await fact('Created').locator('span').getAttribute('title')).toMatch(
+      /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\+9:30$/,
+    );
+    expect(await fact('Created').locator('time').getAttribute('title')).toMatch(/ UTC\+9:30 \(Australia\/Darwin\)$/);
+    await expect.poll(() => page.locator('#live-text').textContent()).toMatch(/^live · \d\d:\d\d:\d\d UTC\+9:30$/);
+    await page.screenshot({ path: `${ARTIFACTS}dashboard-job-times.png`, fullPage: true });
+
+    await page.goto(`${listening.url}/?refresh=250#/`);
+    const chart = page.locator('section', { hasText: 'Jobs per minute' });
+    expect(await chart.locator('h2').textContent()).toBe('Jobs per minute · times in UTC+9:30 (Australia/Darwin)');
+    await chart.locator('.u-over').hover();
+    await expect
+      .poll(() => chart.locator('.u-legend .u-series').first().locator('.u-value').textContent())
+      .toMatch(/^\d\d:\d\d UTC\+9:30$/);
+    await chart.screenshot({ path: `${ARTIFACTS}dashboard-chart-zone.png` });
+    await db.tusk.cancel(id);
     expect(pageErrors).toEqual([]);
   });
 
