@@ -29,6 +29,26 @@ export class UnreachableError extends Error {
   }
 }
 
+// A page redrawn between a button's press and its release loses the click: the press and
+// the release land on different elements. So answers that arrive while a pointer is down
+// wait for its release, and for the click that follows it in the same task.
+let pressed = false;
+/** @type {(() => void)[]} */
+const waiting = [];
+const press = () => {
+  pressed = true;
+};
+const release = () =>
+  setTimeout(() => {
+    pressed = false;
+    for (const resume of waiting.splice(0)) resume();
+  }, 0);
+document.addEventListener('pointerdown', press, true);
+document.addEventListener('pointerup', release, true);
+document.addEventListener('pointercancel', release, true);
+/** @returns {Promise<void> | undefined} */
+const released = () => (pressed ? new Promise((resume) => waiting.push(resume)) : undefined);
+
 /**
  * `api('api/jobs?state=dead')`, `api('api/jobs/4/retry', { method: 'POST' })`. Paths are
  * relative to the page. The answer's type is the caller's to say (the server's response
@@ -54,6 +74,7 @@ export async function api(path, { method = 'GET', body } = {}) {
   }
   const type = response.headers.get('content-type') ?? '';
   const data = type.includes('json') ? await response.json() : await response.text();
+  await released();
   if (!response.ok) throw new ApiError(response.status, data);
   return data;
 }

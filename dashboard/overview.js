@@ -1,9 +1,23 @@
 // @ts-check
 import { api } from './api.js';
 import { timeChart } from './charts.js';
-import { badge, duration, flushPanel, h, int, page, panel, route, STATES, table, utcOffset, ZONE } from './dom.js';
+import {
+  badge,
+  dateTime,
+  duration,
+  flushPanel,
+  h,
+  int,
+  page,
+  panel,
+  route,
+  STATES,
+  table,
+  utcOffset,
+  ZONE,
+} from './dom.js';
 
-/** @import { Counts, JobState, Stats, Timeseries, View, Worker } from './types.js' */
+/** @import { Context, Counts, JobState, PausedQueues, Stats, Timeseries, View, Worker } from './types.js' */
 
 /** @type {[JobState, string, string][]} state, label, hint */
 const CARDS = [
@@ -55,11 +69,16 @@ const HOUR = ['1 hour', 60, 60];
 /** @type {Range[]} */
 const RANGES = [['15 min', 15, 15], HOUR, ['6 hours', 360, 300]];
 
+/** Counts of a queue with no jobs in the window (a paused queue is listed all the same). */
+const NO_COUNTS = /** @type {Counts} */ (Object.fromEntries(STATES.map((s) => [s, 0])));
+
 /**
- * Overview: counts now, activity over the last hour, per queue and per tenant.
+ * Overview: counts now, activity over the last hour, per queue and per tenant; pausing
+ * and resuming queues.
+ * @param {Context} context
  * @returns {View}
  */
-export function overview() {
+export function overview({ toast }) {
   let range = RANGES.find(([label]) => label === localStorage.getItem('tusk.range')) ?? HOUR;
   const cards = h('div', { class: 'cards' });
   const rangeButtons = RANGES.map((r) =>
@@ -140,9 +159,29 @@ export function overview() {
     );
   }
 
+  /**
+   * Pauses a queue (no claims of its jobs by any worker; running jobs go on) or resumes it.
+   * @param {string} queue
+   * @param {boolean} pause
+   */
+  async function pauseQueue(queue, pause) {
+    await api(`api/queues/${encodeURIComponent(queue)}/${pause ? 'pause' : 'resume'}`, { method: 'POST' });
+    toast(`Queue ${queue} ${pause ? 'paused: no new claims' : 'resumed'}`);
+    await refresh();
+  }
+
+  let refreshes = 0;
+
   async function refresh() {
-    /** @type {[Stats, { workers: Worker[] }]} */
-    const [stats, { workers }] = await Promise.all([api('api/stats'), api('api/workers')]);
+    const call = ++refreshes;
+    /** @type {[Stats, { workers: Worker[] }, PausedQueues]} */
+    const [stats, { workers }, paused] = await Promise.all([
+      api('api/stats'),
+      api('api/workers'),
+      api('api/queues/paused'),
+    ]);
+    // a refresh started since (the one after a pause) has newer data: leave the page to it
+    if (call !== refreshes) return;
     const alive = workers.filter((w) => w.alive).length;
     cards.replaceChildren(
       ...CARDS.map(([state, label, hint]) => card(state, label, hint, stats.total.counts[state])),
@@ -161,14 +200,44 @@ export function overview() {
         h('div', { class: 'hint' }, `alive of ${workers.length} registered`),
       ),
     );
+    const pausedAt = new Map(paused.queues.map((p) => [p.queue, p.pausedAt]));
+    const rows = [
+      ...stats.queues,
+      ...[...pausedAt.keys()]
+        .filter((name) => !stats.queues.some((q) => q.queue === name))
+        .map((queue) => ({ queue, counts: NO_COUNTS, oldestWaitingMs: null })),
+    ].sort((a, b) => a.queue.localeCompare(b.queue));
     queues.replaceChildren(
       table(
-        [{ label: 'Queue' }, ...stateColumns(), { label: 'Oldest wait', num: true }],
-        stats.queues.map((q) => [
-          h('a', { href: route('jobs', { queue: q.queue }) }, q.queue),
-          ...countCells(q, { queue: q.queue }),
-          duration(q.oldestWaitingMs),
-        ]),
+        [{ label: 'Queue' }, ...stateColumns(), { label: 'Oldest wait', num: true }, { label: '' }],
+        rows.map((q) => {
+          const at = pausedAt.get(q.queue);
+          return [
+            h(
+              'span',
+              null,
+              h('a', { href: route('jobs', { queue: q.queue }) }, q.queue),
+              at
+                ? h(
+                    'span',
+                    { class: 'badge s-failed spaced', dataset: { paused: q.queue }, title: `since ${dateTime(at)}` },
+                    'paused',
+                  )
+                : null,
+            ),
+            ...countCells(q, { queue: q.queue }),
+            duration(q.oldestWaitingMs),
+            h(
+              'div',
+              { class: 'row-actions' },
+              h(
+                'button',
+                { class: 'small', type: 'button', onclick: () => pauseQueue(q.queue, !at) },
+                at ? 'Resume' : 'Pause',
+              ),
+            ),
+          ];
+        }),
         'No jobs yet.',
       ),
     );

@@ -32,6 +32,9 @@ afterAll(async () => {
   await listening?.close();
 });
 
+/** The panel titled `title`. */
+const panelOf = (title: string) => page.locator('section.panel', { has: page.locator(`h2:text-is("${title}")`) });
+
 /** The number a summary card of the overview shows. */
 const card = async (name: string) =>
   Number(((await page.locator(`[data-count="${name}"] .value`).textContent()) ?? '').replace(/,/g, ''));
@@ -135,6 +138,35 @@ describe('dashboard', () => {
       .toMatch(/^\d\d:\d\d UTC\+9:30$/);
     await chart.screenshot({ path: `${ARTIFACTS}dashboard-chart-zone.png` });
     await db.tusk.cancel(id);
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('pauses and resumes a queue from the overview, for every worker; a paused queue without jobs is listed', async () => {
+    await db.tusk.enqueue('send', {}, { queue: 'mail', tenant: 'queues' });
+    await db.tusk.queues.pause('idle');
+    await page.goto(`${listening.url}/?refresh=250#/`);
+    const row = (queue: string) =>
+      panelOf('Queues').locator('tbody tr', { has: page.locator(`a:text-is("${queue}")`) });
+    await row('mail').waitFor();
+    expect(await row('idle').locator('[data-paused="idle"]').textContent()).toBe('paused');
+    expect(await row('mail').locator('[data-paused]').count()).toBe(0);
+
+    await row('mail').getByRole('button', { name: 'Pause' }).click();
+    await row('mail').locator('[data-paused="mail"]').waitFor();
+    expect((await db.tusk.queues.paused()).map((q) => q.queue)).toEqual(['idle', 'mail']);
+    expect(await page.locator('#toast').textContent()).toBe('Queue mail paused: no new claims');
+    await panelOf('Queues').screenshot({ path: `${ARTIFACTS}dashboard-queues.png` });
+
+    // resumed: a worker of that queue runs its job
+    const ran: string[] = [];
+    const worker = db.worker({ tasks: { send: () => void ran.push('send') }, queues: ['mail'] });
+    await worker.start();
+    await row('mail').getByRole('button', { name: 'Resume' }).click();
+    await expect.poll(() => row('mail').locator('[data-paused]').count()).toBe(0);
+    expect((await db.tusk.queues.paused()).map((q) => q.queue)).toEqual(['idle']);
+    await expect.poll(() => ran, { timeout: 10_000 }).toEqual(['send']);
+    await worker.stop();
+    await db.tusk.queues.resume('idle');
     expect(pageErrors).toEqual([]);
   });
 
