@@ -4,6 +4,7 @@ import { clock, h } from './dom.js';
 import { job } from './job.js';
 import { jobs } from './jobs.js';
 import { overview } from './overview.js';
+import { schedules } from './schedules.js';
 import { tasks } from './tasks.js';
 import { tenants } from './tenants.js';
 import { workers } from './workers.js';
@@ -19,6 +20,7 @@ const SECTIONS = [
   ['', 'Overview', overview, 'admin'],
   ['jobs', 'Jobs', jobs, 'any'],
   ['tenants', 'Tenants', tenants, 'admin'],
+  ['schedules', 'Schedules', schedules, 'admin'],
   ['tasks', 'Tasks', tasks, 'admin'],
   ['workers', 'Workers', workers, 'admin'],
 ];

@@ -16,6 +16,7 @@ export type RecordedTask = z.output<typeof api.recordedTaskListSchema>['tasks'][
 export type Timeseries = z.output<typeof api.timeseriesSchema>;
 export type Whoami = z.output<typeof api.whoamiSchema>;
 export type PausedQueues = z.output<typeof api.pausedQueuesSchema>;
+export type Schedule = z.output<typeof api.scheduleSchema>;
 
 /** What `h()` takes as children: nodes and text; null, undefined and false are left out. */
 export type Child = Node | string | number | null | undefined | false | readonly Child[];

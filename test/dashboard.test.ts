@@ -32,6 +32,12 @@ afterAll(async () => {
   await listening?.close();
 });
 
+/** A screenshot of the page once no toast covers it (a toast hides after 3.5 s). */
+async function shot(name: string) {
+  await page.locator('#toast.hidden').waitFor({ state: 'attached', timeout: 5_000 });
+  await page.screenshot({ path: `${ARTIFACTS}${name}.png`, fullPage: true });
+}
+
 /** The panel titled `title`. */
 const panelOf = (title: string) => page.locator('section.panel', { has: page.locator(`h2:text-is("${title}")`) });
 
@@ -102,7 +108,7 @@ describe('dashboard', () => {
   it('every section has its page head (one helper builds them) and runs without a script error', async () => {
     await page.goto(`${listening.url}/?refresh=250`);
     const sections = await page.locator('#nav a').evaluateAll((links) => links.map((a) => a.textContent));
-    expect(sections).toEqual(['Overview', 'Jobs', 'Tenants', 'Tasks', 'Workers']);
+    expect(sections).toEqual(['Overview', 'Jobs', 'Tenants', 'Schedules', 'Tasks', 'Workers']);
     for (const name of sections) {
       await page.locator('#nav a', { hasText: name as string }).click();
       await page.locator('.page-head h1', { hasText: name as string }).waitFor();
@@ -162,11 +168,43 @@ describe('dashboard', () => {
     const worker = db.worker({ tasks: { send: () => void ran.push('send') }, queues: ['mail'] });
     await worker.start();
     await row('mail').getByRole('button', { name: 'Resume' }).click();
-    await expect.poll(() => row('mail').locator('[data-paused]').count()).toBe(0);
+    await expect.poll(() => row('mail').locator('[data-paused]').count(), { timeout: 5_000 }).toBe(0);
     expect((await db.tusk.queues.paused()).map((q) => q.queue)).toEqual(['idle']);
     await expect.poll(() => ran, { timeout: 10_000 }).toEqual(['send']);
     await worker.stop();
     await db.tusk.queues.resume('idle');
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('the schedules page lists each schedule with its zone, next and last tick and last job; removes one', async () => {
+    await db.tusk.schedules.set('nightly-report', '0 3 * * *', { task: 'report', tenant: 'acme', tz: 'Europe/Paris' });
+    await db.tusk.schedules.set('heartbeat', '* * * * * *', { task: 'ping', queue: 'cron' });
+    await db.tusk.upkeep().runOnce(); // enqueues the ticks due soon
+    const heartbeat = await db.tusk.schedules.get('heartbeat');
+    const nightly = await db.tusk.schedules.get('nightly-report');
+    await page.goto(`${listening.url}/?refresh=250#/schedules`);
+    const row = (name: string) => page.locator('tbody tr', { has: page.locator(`[data-schedule="${name}"]`) });
+    await row('nightly-report').waitFor();
+    const cells = await row('nightly-report').locator('td').allInnerTexts();
+    expect(cells.slice(0, 6)).toEqual(['nightly-report', '0 3 * * *', 'Europe/Paris', 'report', 'acme', 'default']);
+    // the next 3 o'clock in Paris, shown in the browser's zone
+    const next = new Date(nightly?.nextRunAt ?? 0);
+    const local = new Intl.DateTimeFormat('sv-SE', { timeZone: ZONE, dateStyle: 'short', timeStyle: 'medium' });
+    expect(cells[6]).toMatch(new RegExp(`^${local.format(next)} UTC\\+9:30\\nin `));
+    expect(cells.slice(7, 9)).toEqual(['not yet', '—']);
+    const lastJob = row('heartbeat').locator(`a[href="#/jobs/${heartbeat?.lastJobId}"]`);
+    expect(await lastJob.textContent()).toBe(heartbeat?.lastJobId);
+    await shot('dashboard-schedules');
+
+    page.once('dialog', (dialog) => void dialog.accept());
+    await row('heartbeat').getByRole('button', { name: 'Remove' }).click();
+    await expect.poll(() => row('heartbeat').count(), { timeout: 5_000 }).toBe(0);
+    expect(await db.tusk.schedules.get('heartbeat')).toBeNull();
+    expect((await db.tusk.getJob(heartbeat?.lastJobId ?? '0'))?.state).toBe('cancelled');
+    await row('nightly-report').getByRole('link', { name: 'acme' }).click();
+    await page.getByRole('heading', { name: 'Jobs' }).waitFor();
+    expect(page.url()).toMatch(/#\/jobs\?tenant=acme$/);
+    await db.tusk.schedules.remove('nightly-report');
     expect(pageErrors).toEqual([]);
   });
 

@@ -10,6 +10,8 @@ import {
   leaseUntilSchema,
   queueListSchema,
   retriedSchema,
+  scheduleListSchema,
+  scheduleRemovedSchema,
   statsSchema,
   tenantListSchema,
   tenantSchema,
@@ -426,6 +428,35 @@ describe('HTTP API', () => {
       expectReply(await call('PATCH', '/api/tenants/initech', { body: { slots: null } }), 200, tenantSchema).ownSlots,
     ).toBe(null);
     expect((await call('GET', '/api/tenants/nobody-at-all')).status).toBe(404);
+  });
+
+  it('schedules: listed with their next tick, last tick and last job; removed (404 for none); admin only', async () => {
+    await db.tusk.schedules.set('nightly', '0 3 * * *', { task: 'report', tenant: 'acme', tz: 'Europe/Paris' });
+    await db.tusk.schedules.set('every-second', '* * * * * *', { task: 'tick', queue: 'cron' });
+    await db.tusk.upkeep().runOnce(); // enqueues the ticks due soon
+    const { schedules } = expectReply(await call('GET', '/api/schedules'), 200, scheduleListSchema);
+    expect(schedules.map((s) => s.name)).toEqual(['every-second', 'nightly']);
+    const [everySecond, nightly] = schedules;
+    expect(nightly).toMatchObject({ cron: '0 3 * * *', tz: 'Europe/Paris', task: 'report', tenant: 'acme' });
+    expect(nightly).toMatchObject({ queue: 'default', source: 'api', lastRunAt: null, lastJobId: null });
+    expect(Date.parse(nightly?.nextRunAt ?? '')).toBeGreaterThan(Date.now());
+    expect(everySecond).toMatchObject({ tz: 'UTC', task: 'tick', queue: 'cron' });
+    const lastJob = await db.tusk.getJob(everySecond?.lastJobId ?? '0');
+    expect(lastJob).toMatchObject({ task: 'tick', queue: 'cron', runAt: new Date(everySecond?.lastRunAt ?? '') });
+
+    expect((await call('GET', '/api/schedules', { token: acmeToken })).status).toBe(403);
+    expect((await call('DELETE', '/api/schedules/nightly', { token: acmeToken })).status).toBe(403);
+    expect(expectReply(await call('DELETE', '/api/schedules/every-second'), 200, scheduleRemovedSchema)).toEqual({
+      name: 'every-second',
+      removed: true,
+    });
+    expect(await db.tusk.schedules.get('every-second')).toBeNull();
+    expect((await db.tusk.getJob(lastJob?.id ?? '0'))?.state).toBe('cancelled'); // its tick enqueued ahead
+    expect(expectReply(await call('DELETE', '/api/schedules/every-second'), 404, errorSchema).error.code).toBe(
+      'not_found',
+    );
+    expectInvalid(await call('DELETE', `/api/schedules/${'x'.repeat(201)}`), 'name');
+    await db.tusk.schedules.remove('nightly');
   });
 
   it('monitoring: stats, queues, workers, timeseries and /metrics follow a worker of another instance', async () => {

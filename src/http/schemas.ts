@@ -135,6 +135,7 @@ export const timeseriesQuery = z.strictObject({
 
 export const tenantParam = nameSchema(128);
 export const queueParam = nameSchema(128);
+export const scheduleParam = nameSchema(200);
 
 // Responses: documentation, and checked against real responses by the API tests.
 
@@ -273,6 +274,26 @@ export const recordedTaskListSchema = z.object({
     }),
   ),
 });
+
+export const scheduleSchema = z.object({
+  name: z.string(),
+  cron: z.string(),
+  tz: z.string().meta({ description: 'the time zone its cron expression is read in' }),
+  task: z.string(),
+  payload: z.unknown(),
+  tenant: z.string(),
+  queue: z.string(),
+  priority: z.number(),
+  maxAttempts: z.number(),
+  concurrencyKey: z.string().nullable(),
+  backfill: z.number().meta({ description: 'missed ticks enqueued after downtime' }),
+  source: z.enum(['api', 'crontab']).meta({ description: 'crontab: kept in sync with a crontab file' }),
+  nextRunAt: nullableDate.meta({ description: 'the next tick not enqueued yet; null if none is left' }),
+  lastRunAt: nullableDate.meta({ description: 'the last tick enqueued' }),
+  lastJobId: jobIdSchema.nullable().meta({ description: "the last tick's job" }),
+});
+export const scheduleListSchema = z.object({ schedules: z.array(scheduleSchema) });
+export const scheduleRemovedSchema = z.object({ name: z.string(), removed: z.literal(true) });
 
 export const workerSchema = z.object({
   id: z.number(),
