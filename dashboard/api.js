@@ -31,21 +31,30 @@ export class UnreachableError extends Error {
 
 // A page redrawn between a button's press and its release loses the click: the press and
 // the release land on different elements. So answers that arrive while a pointer is down
-// wait for its release, and for the click that follows it in the same task.
+// wait for its release, and for the click that follows it in the same task; a press held
+// longer than a second (a drag, a select's list, whose release the page may not see) lets
+// them through.
 let pressed = false;
+let holding = 0;
 /** @type {(() => void)[]} */
 const waiting = [];
-const press = () => {
-  pressed = true;
+const letThrough = () => {
+  clearTimeout(holding);
+  pressed = false;
+  for (const resume of waiting.splice(0)) resume();
 };
-const release = () =>
-  setTimeout(() => {
-    pressed = false;
-    for (const resume of waiting.splice(0)) resume();
-  }, 0);
-document.addEventListener('pointerdown', press, true);
-document.addEventListener('pointerup', release, true);
-document.addEventListener('pointercancel', release, true);
+document.addEventListener(
+  'pointerdown',
+  () => {
+    pressed = true;
+    clearTimeout(holding);
+    holding = window.setTimeout(letThrough, 1000);
+  },
+  true,
+);
+for (const end of ['pointerup', 'pointercancel']) {
+  document.addEventListener(end, () => setTimeout(letThrough, 0), true);
+}
 /** @returns {Promise<void> | undefined} */
 const released = () => (pressed ? new Promise((resume) => waiting.push(resume)) : undefined);
 

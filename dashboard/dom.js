@@ -222,12 +222,14 @@ export function pageHead({ title, back, sub, actions, segmented = false }) {
 export const page = (head, ...content) => h('div', null, pageHead(head), ...content);
 
 /**
- * A page that is one table, refreshed in place: `body` is where the table goes.
+ * A page that is one table, refreshed in place: `body` is where the table goes, after
+ * what `before` holds (a form).
  * @param {Head} head
+ * @param {...Child} before
  */
-export function tablePage(head) {
+export function tablePage(head, ...before) {
   const body = h('div');
-  return { el: page(head, flushPanel(null, body)), body };
+  return { el: page(head, ...before, flushPanel(null, body)), body };
 }
 
 /** Pretty JSON as text. @type {(value: unknown) => HTMLPreElement} */

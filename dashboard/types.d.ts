@@ -9,6 +9,7 @@ export type JobSummary = z.output<typeof api.jobSummarySchema>;
 export type JobList = z.output<typeof api.jobListSchema>;
 export type JobState = Job['state'];
 export type Tenant = z.output<typeof api.tenantSchema>;
+export type WaitReason = Tenant['waitReasons'][number];
 export type Stats = z.output<typeof api.statsSchema>;
 export type Counts = Stats['total']['counts'];
 export type Worker = z.output<typeof api.workerSchema>;

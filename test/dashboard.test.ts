@@ -168,8 +168,10 @@ describe('dashboard', () => {
     const worker = db.worker({ tasks: { send: () => void ran.push('send') }, queues: ['mail'] });
     await worker.start();
     await row('mail').getByRole('button', { name: 'Resume' }).click();
-    await expect.poll(() => row('mail').locator('[data-paused]').count(), { timeout: 5_000 }).toBe(0);
-    expect((await db.tusk.queues.paused()).map((q) => q.queue)).toEqual(['idle']);
+    await expect
+      .poll(() => db.tusk.queues.paused(), { timeout: 10_000 })
+      .toEqual([expect.objectContaining({ queue: 'idle' })]);
+    await expect.poll(() => row('mail').locator('[data-paused]').count(), { timeout: 10_000 }).toBe(0);
     await expect.poll(() => ran, { timeout: 10_000 }).toEqual(['send']);
     await worker.stop();
     await db.tusk.queues.resume('idle');
@@ -205,6 +207,75 @@ describe('dashboard', () => {
     await page.getByRole('heading', { name: 'Jobs' }).waitFor();
     expect(page.url()).toMatch(/#\/jobs\?tenant=acme$/);
     await db.tusk.schedules.remove('nightly-report');
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('the tenants page shows rate limits, retention and why jobs wait; edits them', async () => {
+    await db.tusk.tenants.set('metered', { rate: { limit: 1, perMs: 86_400_000 }, retention: '30 days' });
+    await db.tusk.tenants.set('narrow', { slots: 1 });
+    const { ids } = await db.tusk.enqueueMany(
+      ['metered', 'metered', 'narrow', 'narrow'].map((tenant) => ({ task: 'w', tenant, queue: 'why' })),
+    );
+    // one start each: the metered tenant's rate and the narrow tenant's slot are used up
+    for (const tenant of ['metered', 'narrow'])
+      expect(await db.tusk.fetch({ tenant, queue: 'why', count: 2 })).toHaveLength(1);
+    const metered = await db.tusk.tenants.get('metered');
+
+    await page.goto(`${listening.url}/?refresh=250#/tenants`);
+    const row = (tenant: string) => page.locator('tbody tr', { has: page.locator(`[data-tenant="${tenant}"]`) });
+    const cells = async (tenant: string) => (await row(tenant).locator('td').allInnerTexts()).slice(0, 11);
+    await row('metered').waitFor();
+    const resets = new Intl.DateTimeFormat('en-GB', { timeZone: ZONE, timeStyle: 'medium' }).format(
+      metered?.rateResetsAt ?? 0,
+    );
+    expect(await cells('metered')).toEqual([
+      'metered',
+      '∞\ndefault',
+      '—',
+      '1 / day',
+      '30 days',
+      '1',
+      '1',
+      '0',
+      '0',
+      expect.stringMatching(/ (ms|s)$/),
+      `rate limited until ${resets} UTC+9:30 (1 / day)`,
+    ]);
+    expect((await cells('narrow')).slice(1, 5)).toEqual(['1', '—', '—', 'forever\ndefault']);
+    expect((await cells('narrow'))[10]).toBe('slots full (1 of 1)');
+    await shot('dashboard-tenants');
+
+    await row('narrow').getByRole('button', { name: 'Edit' }).click();
+    const editor = panelOf('Tenant narrow');
+    await editor.getByLabel('slots').fill('3');
+    await editor.getByLabel('rate limit').fill('100');
+    await editor.getByLabel('rate window').selectOption({ label: 'per minute' });
+    await editor.getByLabel('retention').fill('90 days');
+    await page.screenshot({ path: `${ARTIFACTS}dashboard-tenant-edit.png`, fullPage: true });
+    await editor.getByRole('button', { name: 'Save' }).click();
+    await expect.poll(() => panelOf('Tenant narrow').count()).toBe(0);
+    expect(await db.tusk.tenants.get('narrow')).toMatchObject({
+      slots: 3,
+      rate: { limit: 100, perMs: 60_000 },
+      retention: '90 days',
+    });
+    // a slot free and starts left: its waiting job waits for a worker now
+    await expect
+      .poll(() => cells('narrow'), { timeout: 5_000 })
+      .toEqual([
+        'narrow',
+        '3',
+        '—',
+        '100 / min',
+        '90 days',
+        '1',
+        '1',
+        '0',
+        '0',
+        expect.stringMatching(/ (ms|s)$/),
+        'waiting for a worker',
+      ]);
+    await Promise.all(ids.map((id) => db.tusk.cancel(id)));
     expect(pageErrors).toEqual([]);
   });
 

@@ -430,6 +430,62 @@ describe('HTTP API', () => {
     expect((await call('GET', '/api/tenants/nobody-at-all')).status).toBe(404);
   });
 
+  it("tenants: rate limit and retention set and shown; why each tenant's jobs wait", async () => {
+    const set = expectReply(
+      await call('PATCH', '/api/tenants/metered', {
+        body: { rate: { limit: 1, perMs: 86_400_000 }, retention: '30 day' },
+      }),
+      200,
+      tenantSchema,
+    );
+    expect(set).toMatchObject({ rate: { limit: 1, perMs: 86_400_000 }, retention: '30 days', ownRetention: '30 days' });
+    expectInvalid(
+      await call('PATCH', '/api/tenants/metered', { body: { rate: { limit: 0, perMs: 1000 } } }),
+      'body.rate.limit',
+    );
+    expectInvalid(await call('PATCH', '/api/tenants/metered', { body: { retention: 'forever' } }), 'body.retention');
+    await call('PATCH', '/api/tenants/narrow', { body: { slots: 1 } });
+    await call('PATCH', '/api/tenants/held', { body: { paused: true } });
+    await db.tusk.queues.pause('parked');
+    await db.tusk.enqueueMany([
+      ...['metered', 'metered', 'narrow', 'narrow', 'held', 'ready'].map((tenant) => ({
+        task: 'w',
+        tenant,
+        queue: 'why',
+      })),
+      { task: 'w', tenant: 'parked', queue: 'parked' },
+      { task: 'w', tenant: 'later', queue: 'why', delayMs: 3_600_000 },
+    ]);
+    // one start each for the metered and the narrow tenants: then their rate and their slot are used up
+    for (const tenant of ['metered', 'narrow']) {
+      const { jobs } = expectReply(
+        await call('POST', '/api/fetch', { body: { tenant, queue: 'why', count: 2 } }),
+        200,
+        fetchedSchema,
+      );
+      expect(jobs).toHaveLength(1);
+    }
+    const { tenants } = expectReply(await call('GET', '/api/tenants'), 200, tenantListSchema);
+    const why = Object.fromEntries(tenants.map((t) => [t.tenant, t.waitReasons]));
+    expect(why).toMatchObject({
+      metered: ['rate_limited'],
+      narrow: ['slots_full'],
+      held: ['paused'],
+      parked: ['queue_paused'],
+      ready: ['worker'],
+      later: ['scheduled'],
+    });
+    const metered = tenants.find((t) => t.tenant === 'metered');
+    const resets = Date.parse(metered?.rateResetsAt ?? '');
+    expect(resets).toBeGreaterThan(Date.now());
+    expect(resets % 86_400_000).toBe(0); // windows are aligned to the epoch
+    const later = tenants.find((t) => t.tenant === 'later');
+    expect(Date.parse(later?.nextRunAt ?? '') - Date.now()).toBeGreaterThan(3_500_000);
+    expect(tenants.find((t) => t.tenant === 'ready')).toMatchObject({ rateResetsAt: null, nextRunAt: null });
+    await db.tusk.queues.resume('parked');
+    await db.tusk.tenants.resume('held');
+  });
+
   it('schedules: listed with their next tick, last tick and last job; removed (404 for none); admin only', async () => {
     await db.tusk.schedules.set('nightly', '0 3 * * *', { task: 'report', tenant: 'acme', tz: 'Europe/Paris' });
     await db.tusk.schedules.set('every-second', '* * * * * *', { task: 'tick', queue: 'cron' });

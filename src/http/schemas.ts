@@ -1,4 +1,6 @@
 import { z } from 'zod';
+import { retentionSchema } from '../client/retention.js';
+import { rateSchema, WAIT_REASONS } from '../client/tenants.js';
 import {
   describe,
   errorMessageSchema,
@@ -112,6 +114,10 @@ export const tenantPatch = z.strictObject({
   slots: limit.meta({ description: 'jobs it may run at once; null: the default' }),
   perKey: limit.meta({ description: 'running jobs per concurrency key; null: no limit' }),
   paused: flagSchema().optional(),
+  rate: rateSchema.meta({ description: 'at most limit job starts per window of perMs; null: no limit' }),
+  retention: retentionSchema
+    .optional()
+    .meta({ description: "how long its finished jobs are kept, e.g. '30 days'; null: the default" }),
 });
 
 export const statsQuery = z.strictObject({
@@ -238,6 +244,18 @@ export const tenantSchema = z.object({
   retrying: z.number(),
   oldestWaitingMs: ms,
   lastServedAt: nullableDate,
+  rate: z
+    .object({ limit: z.number(), perMs: z.number() })
+    .nullable()
+    .meta({ description: 'at most limit job starts per window of perMs; null: no limit' }),
+  retention: z.string().nullable().meta({ description: 'in effect (own or default); null: kept forever' }),
+  ownRetention: z.string().nullable().meta({ description: 'set on this tenant; null: the default applies' }),
+  waitReasons: z.array(z.enum(WAIT_REASONS)).meta({
+    description:
+      'why its jobs wait, in the order the claim checks: the tenant paused, some in paused queues, slots full, no starts left in the rate window, a free worker (nothing else holds them), scheduled or retrying jobs not due yet; empty when none waits',
+  }),
+  rateResetsAt: nullableDate.meta({ description: 'the end of the current rate window; null without a rate' }),
+  nextRunAt: nullableDate.meta({ description: 'when its first scheduled or retrying job is due' }),
 });
 export const tenantListSchema = z.object({ tenants: z.array(tenantSchema) });
 
