@@ -73,7 +73,7 @@ const RANGES = [['15 min', 15, 15], HOUR, ['6 hours', 360, 300]];
 const NO_COUNTS = /** @type {Counts} */ (Object.fromEntries(STATES.map((s) => [s, 0])));
 
 /**
- * Overview: counts now, activity over the last hour, per queue and per tenant; pausing
+ * Overview: counts now, activity over the last hour, per queue, per tenant and per task; pausing
  * and resuming queues.
  * @param {Context} context
  * @returns {View}
@@ -101,6 +101,7 @@ export function overview({ toast }) {
   const waitEl = h('div', { class: 'chart', 'aria-label': 'Wait time' });
   const queues = h('div');
   const tenants = h('div');
+  const tasks = h('div');
   const el = page(
     {
       title: 'Overview',
@@ -115,7 +116,13 @@ export function overview({ toast }) {
       panel(['Jobs per minute', zoneNote()], throughputEl),
       panel(['Wait time before start (p50 / p95)', zoneNote()], waitEl),
     ),
-    h('div', { class: 'stack gap-top' }, flushPanel('Queues', queues), flushPanel('Tenants', tenants)),
+    h(
+      'div',
+      { class: 'stack gap-top' },
+      flushPanel('Queues', queues),
+      flushPanel('Tenants', tenants),
+      flushPanel('Tasks', tasks),
+    ),
   );
 
   /** @type {ReturnType<typeof timeChart> | null} */
@@ -256,6 +263,17 @@ export function overview({ toast }) {
           duration(t.oldestWaitingMs),
         ]),
         'No tenants yet.',
+      ),
+    );
+    tasks.replaceChildren(
+      table(
+        [{ label: 'Task' }, ...stateColumns(), { label: 'Oldest wait', num: true }],
+        stats.tasks.map((t) => [
+          h('a', { href: route('jobs', { task: t.task }), dataset: { task: t.task } }, t.task),
+          ...countCells(t, { task: t.task }),
+          duration(t.oldestWaitingMs),
+        ]),
+        'No jobs yet.',
       ),
     );
     if (Date.now() - seriesAt > 5_000) {

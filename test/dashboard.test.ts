@@ -1,5 +1,5 @@
 import { mkdirSync } from 'node:fs';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import { type Browser, chromium, type Locator, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Listening } from '../src/index.js';
@@ -32,10 +32,11 @@ afterAll(async () => {
   await listening?.close();
 });
 
-/** A screenshot of the page once no toast covers it (a toast hides after 3.5 s). */
-async function shot(name: string) {
+/** A screenshot of the page, or of a part of it, once no toast covers it (a toast hides after 3.5 s). */
+async function shot(name: string, part?: Locator) {
   await page.locator('#toast.hidden').waitFor({ state: 'attached', timeout: 5_000 });
-  await page.screenshot({ path: `${ARTIFACTS}${name}.png`, fullPage: true });
+  if (part) await part.screenshot({ path: `${ARTIFACTS}${name}.png` });
+  else await page.screenshot({ path: `${ARTIFACTS}${name}.png`, fullPage: true });
 }
 
 /** The panel titled `title`. */
@@ -161,7 +162,7 @@ describe('dashboard', () => {
     await row('mail').locator('[data-paused="mail"]').waitFor();
     expect((await db.tusk.queues.paused()).map((q) => q.queue)).toEqual(['idle', 'mail']);
     expect(await page.locator('#toast').textContent()).toBe('Queue mail paused: no new claims');
-    await panelOf('Queues').screenshot({ path: `${ARTIFACTS}dashboard-queues.png` });
+    await shot('dashboard-queues', panelOf('Queues'));
 
     // resumed: a worker of that queue runs its job
     const ran: string[] = [];
@@ -175,6 +176,35 @@ describe('dashboard', () => {
     await expect.poll(() => ran, { timeout: 10_000 }).toEqual(['send']);
     await worker.stop();
     await db.tusk.queues.resume('idle');
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('the overview breaks jobs down by task, each count a link to those jobs', async () => {
+    const { ids } = await db.tusk.enqueueMany([
+      ...Array.from({ length: 3 }, () => ({ task: 'resize_image', tenant: 'bytask', queue: 'bytask' })),
+      { task: 'send_digest', tenant: 'bytask', queue: 'bytask', delayMs: 3_600_000 },
+    ]);
+    await page.goto(`${listening.url}/?refresh=250#/`);
+    const row = (task: string) => panelOf('Tasks').locator('tbody tr', { has: page.locator(`[data-task="${task}"]`) });
+    await row('resize_image').waitFor();
+    // task, then scheduled, waiting, running, retrying, succeeded, dead, cancelled, expired
+    expect((await row('resize_image').locator('td').allInnerTexts()).slice(0, 9)).toEqual([
+      'resize_image',
+      '0',
+      '3',
+      '0',
+      '0',
+      '0',
+      '0',
+      '0',
+      '0',
+    ]);
+    expect((await row('send_digest').locator('td').allInnerTexts()).slice(0, 3)).toEqual(['send_digest', '1', '0']);
+    await shot('dashboard-by-task', panelOf('Tasks'));
+    await row('resize_image').getByRole('link', { name: '3' }).click();
+    await expect.poll(() => page.locator('main tbody tr').count(), { timeout: 5_000 }).toBe(3);
+    expect(page.url()).toMatch(/#\/jobs\?task=resize_image&state=available$/);
+    await Promise.all(ids.map((id) => db.tusk.cancel(id)));
     expect(pageErrors).toEqual([]);
   });
 

@@ -553,6 +553,11 @@ describe('HTTP API', () => {
 
     const stats = expectReply(await call('GET', '/api/stats'), 200, statsSchema);
     expect(stats.queues.find((q) => q.queue === 'watched')?.counts).toMatchObject({ succeeded: 4, dead: 2 });
+    // by task, across tenants and queues, from the same scan
+    expect(stats.tasks.find((t) => t.task === 'ok')?.counts).toMatchObject({ succeeded: 4, dead: 0 });
+    expect(stats.tasks.find((t) => t.task === 'boom')?.counts).toMatchObject({ succeeded: 0, dead: 2 });
+    const total = (counts: Record<string, number>) => Object.values(counts).reduce((a, b) => a + b, 0);
+    expect(stats.tasks.reduce((n, t) => n + total(t.counts), 0)).toBe(total(stats.total.counts));
     const queues = expectReply(await call('GET', '/api/queues'), 200, queueListSchema);
     expect(queues.queues.find((q) => q.queue === 'watched')?.counts.succeeded).toBe(4);
     const series = expectReply(await call('GET', '/api/timeseries?minutes=10&queue=watched'), 200, timeseriesSchema);

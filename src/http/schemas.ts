@@ -268,6 +268,9 @@ export const statsSchema = z.object({
   since: date.meta({ description: 'finished jobs are counted from then' }),
   tenants: z.array(z.object({ tenant: z.string(), slots: z.number().nullable(), paused: z.boolean(), ...groupStats })),
   queues: z.array(queueStatsSchema),
+  tasks: z
+    .array(z.object({ task: z.string(), ...groupStats }))
+    .meta({ description: 'by task, across tenants and queues' }),
   total: z.object(groupStats),
 });
 export const queueListSchema = z.object({ since: date, queues: z.array(queueStatsSchema) });
