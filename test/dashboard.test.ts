@@ -208,6 +208,90 @@ describe('dashboard', () => {
     expect(pageErrors).toEqual([]);
   });
 
+  it('the job list: filters from known names and a time range; selected jobs retried and cancelled together', async () => {
+    const { ids } = await db.tusk.enqueueMany(
+      Array.from({ length: 4 }, (_, i) => ({
+        task: 'bulk_task',
+        tenant: 'bulk',
+        queue: 'bulkq',
+        payload: { i },
+        maxAttempts: i < 2 ? 1 : 5,
+      })),
+    );
+    const [a, b, c, d] = ids as [string, string, string, string];
+    // two dead, two waiting; one of the waiting created long ago
+    await db.rows(`UPDATE $schema.jobs SET created_at = '2020-01-01T00:00:00Z' WHERE id = $1`, [d]);
+    for (const lease of await db.tusk.fetch({ tenant: 'bulk', queue: 'bulkq', count: 2 })) {
+      expect([a, b]).toContain(lease.id);
+      await db.tusk.nack(lease, { error: 'gave up' });
+    }
+    expect((await Promise.all(ids.map((id) => db.tusk.getJob(id)))).map((j) => j?.state)).toEqual([
+      'dead',
+      'dead',
+      'available',
+      'available',
+    ]);
+
+    await page.goto(`${listening.url}/?refresh=250#/jobs`);
+    const form = page.locator('form.filters');
+    // the names to choose from: what the server knows
+    await expect
+      .poll(() => page.locator('#known-tasks option').evaluateAll((o) => o.map((x) => x.getAttribute('value'))), {
+        timeout: 5_000,
+      })
+      .toContain('bulk_task');
+    expect(await page.locator('#known-tenants option[value="bulk"]').count()).toBe(1);
+    expect(await page.locator('#known-queues option[value="bulkq"]').count()).toBe(1);
+    await form.getByLabel('task').fill('bulk_task');
+    await form.getByLabel('tenant').fill('bulk');
+    await form.getByLabel('created from (UTC+9:30)').fill('2020-01-01T09:00'); // 2019-12-31T23:30Z
+    await form.getByLabel('to (UTC+9:30)').fill('2020-01-01T10:00'); // 00:30Z
+    await form.getByRole('button', { name: 'Filter' }).click();
+    await expect
+      .poll(() => page.url(), { timeout: 5_000 })
+      .toContain('from=2019-12-31T23%3A30%3A00.000Z&to=2020-01-01T00%3A30%3A00.000Z');
+    const idsShown = () => page.locator('main tbody tr td:nth-child(2)').allInnerTexts();
+    await expect.poll(idsShown, { timeout: 5_000 }).toEqual([d]);
+
+    await page.goto(`${listening.url}/?refresh=250#/jobs?task=bulk_task&tenant=bulk`);
+    await expect.poll(idsShown, { timeout: 5_000 }).toEqual([d, c, b, a]);
+    expect(await form.getByLabel('task').inputValue()).toBe('bulk_task');
+    const box = (id: string) => page.getByLabel(`select job ${id}`);
+    await page.getByLabel('select every job on this page').check();
+    expect(await page.locator('.bulk > span').textContent()).toBe('4 jobs selected');
+    await box(d).uncheck();
+    expect(await page.locator('.bulk > span').textContent()).toBe('3 jobs selected');
+    await shot('dashboard-jobs-selected');
+
+    // retry: the dead ones go back; the waiting one is left, and said so
+    await page.getByRole('button', { name: 'Retry selected' }).click();
+    await expect
+      .poll(() => page.locator('#toast').textContent(), { timeout: 5_000 })
+      .toBe('2 jobs queued again; 1 left as not retryable in its state');
+    expect((await Promise.all(ids.map((id) => db.tusk.getJob(id)))).map((j) => j?.state)).toEqual([
+      'available',
+      'available',
+      'available',
+      'available',
+    ]);
+    await expect.poll(() => page.locator('input[data-job]:checked').count(), { timeout: 5_000 }).toBe(0);
+
+    // cancel two
+    await box(a).check();
+    await box(c).check();
+    page.once('dialog', (dialog) => void dialog.accept());
+    await page.getByRole('button', { name: 'Cancel selected' }).click();
+    await expect.poll(() => page.locator('#toast').textContent(), { timeout: 5_000 }).toBe('2 jobs cancelled');
+    expect((await Promise.all(ids.map((id) => db.tusk.getJob(id)))).map((j) => j?.state)).toEqual([
+      'cancelled',
+      'available',
+      'cancelled',
+      'available',
+    ]);
+    await Promise.all(ids.map((id) => db.tusk.cancel(id)));
+    expect(pageErrors).toEqual([]);
+  });
+
   it('the schedules page lists each schedule with its zone, next and last tick and last job; removes one', async () => {
     await db.tusk.schedules.set('nightly-report', '0 3 * * *', { task: 'report', tenant: 'acme', tz: 'Europe/Paris' });
     await db.tusk.schedules.set('heartbeat', '* * * * * *', { task: 'ping', queue: 'cron' });

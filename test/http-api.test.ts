@@ -312,6 +312,25 @@ describe('HTTP API', () => {
     expect((await call('GET', '/api/jobs?tenant=globex', { token: acmeToken })).status).toBe(403);
   });
 
+  it('GET /api/jobs?from=&to=: jobs created in a time range (from included, to not), waiting or finished', async () => {
+    const { ids } = await db.tusk.enqueueMany(Array.from({ length: 3 }, () => ({ task: 'timed', queue: 'timed' })));
+    const [a, b, c] = ids as [string, string, string];
+    await db.rows(`UPDATE $schema.jobs SET created_at = $2 WHERE id = $1`, [a, '2020-01-01T00:00:00Z']);
+    await db.rows(`UPDATE $schema.jobs SET created_at = $2 WHERE id = $1`, [b, '2020-01-02T00:00:00Z']);
+    const [job] = await db.tusk.fetch({ count: 1, queue: 'default' });
+    if (job?.id === a)
+      await db.tusk.ack(job); // a finished one comes from the history
+    else if (job) await db.tusk.nack(job);
+    const list = async (range: string) =>
+      expectReply(await call('GET', `/api/jobs?task=timed&${range}`), 200, jobListSchema).jobs.map((j) => j.id);
+    expect(await list('from=2020-01-01T00:00:00Z&to=2020-01-02T00:00:00Z')).toEqual([a]);
+    expect(await list('from=2020-01-01T12:00:00%2B02:00&to=2020-01-03T00:00:00Z')).toEqual([b]);
+    expect(await list('from=2020-01-01T00:00:00Z')).toEqual([c, b, a]);
+    expect(await list(`to=${encodeURIComponent(new Date(Date.now() - 60_000).toISOString())}`)).toEqual([b, a]);
+    expectInvalid(await call('GET', '/api/jobs?from=2020-01-01T00:00:00'), 'query.from', /time zone/);
+    await Promise.all(ids.map((id) => db.tusk.cancel(id)));
+  });
+
   it("GET /api/jobs/:id: another tenant's token gets 404, the same as for no job at all", async () => {
     const { id } = await db.tusk.enqueue('secret', { x: 1 }, { tenant: 'globex' });
     expect(expectReply(await call('GET', `/api/jobs/${id}`, { token: globexToken }), 200, jobSchema).id).toBe(id);

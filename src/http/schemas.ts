@@ -77,6 +77,8 @@ export const listJobsQuery = z.strictObject({
   tenant: nameSchema(128).optional(),
   queue: nameSchema(128).optional(),
   task: nameSchema(200).optional(),
+  from: isoDate.optional().meta({ description: 'created at or after (ISO 8601 with a zone)' }),
+  to: isoDate.optional().meta({ description: 'created before (ISO 8601 with a zone)' }),
   cursor: jobIdSchema.optional().meta({ description: 'nextCursor of the previous page' }),
   limit: intParam(1, 500).optional().meta({ description: 'jobs per page, 1 to 500 (default 50)' }),
 });
