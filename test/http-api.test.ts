@@ -500,6 +500,7 @@ describe('HTTP API', () => {
     expect(resets % 86_400_000).toBe(0); // windows are aligned to the epoch
     const later = tenants.find((t) => t.tenant === 'later');
     expect(Date.parse(later?.nextRunAt ?? '') - Date.now()).toBeGreaterThan(3_500_000);
+    expect(later?.oldestWaitingMs).toBeNull(); // none of its jobs can run now
     expect(tenants.find((t) => t.tenant === 'ready')).toMatchObject({ rateResetsAt: null, nextRunAt: null });
     await db.tusk.queues.resume('parked');
     await db.tusk.tenants.resume('held');

@@ -42,8 +42,10 @@ export async function selectTenants(db: Queryable, schema: string, tenant: strin
               count(*) FILTER (WHERE state = 'available')::integer AS available,
               count(*) FILTER (WHERE state = 'scheduled')::integer AS scheduled,
               count(*) FILTER (WHERE state = 'failed')::integer AS retrying,
-              greatest(0, extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'available')) * 1000)::bigint
-                AS oldest_waiting_ms,
+              -- greatest() skips a null: without the CASE, no waiting job would read as 0 ms
+              CASE WHEN count(*) FILTER (WHERE state = 'available') > 0
+                THEN greatest(0, extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'available')) * 1000)
+                END::bigint AS oldest_waiting_ms,
               count(*) FILTER (WHERE state = 'available'
                 AND queue IN (SELECT queue FROM ${s}.paused_queues))::integer AS available_paused_queues,
               min(run_at) FILTER (WHERE state IN ('scheduled', 'failed')) AS next_run_at
