@@ -1,14 +1,19 @@
+// @ts-check
 // Calls to the server's API, with the token kept in this browser.
 
 const KEY = 'tusk.token';
 
 export const token = {
   get: () => localStorage.getItem(KEY),
-  set: (value) => localStorage.setItem(KEY, value),
+  set: (/** @type {string} */ value) => localStorage.setItem(KEY, value),
   clear: () => localStorage.removeItem(KEY),
 };
 
 export class ApiError extends Error {
+  /**
+   * @param {number} status
+   * @param {any} body the error body, `{ error: { code, message } }`, or whatever came instead
+   */
   constructor(status, body) {
     super(body?.error?.message ?? `HTTP ${status}`);
     this.status = status;
@@ -18,13 +23,52 @@ export class ApiError extends Error {
 
 /** The server did not answer at all (stopped, restarting, network down): fetch itself failed. */
 export class UnreachableError extends Error {
+  /** @param {unknown} cause */
   constructor(cause) {
     super(`Cannot reach the Tusk server at ${location.host}: it has stopped, or the network is down.`, { cause });
   }
 }
 
-/** `api('api/jobs?state=dead')`, `api('api/jobs/4/retry', { method: 'POST' })`. Paths are relative to the page. */
+// A page redrawn between a button's press and its release loses the click: the press and
+// the release land on different elements. So answers that arrive while a pointer is down
+// wait for its release, and for the click that follows it in the same task; a press held
+// longer than a second (a drag, a select's list, whose release the page may not see) lets
+// them through.
+let pressed = false;
+let holding = 0;
+/** @type {(() => void)[]} */
+const waiting = [];
+const letThrough = () => {
+  clearTimeout(holding);
+  pressed = false;
+  for (const resume of waiting.splice(0)) resume();
+};
+document.addEventListener(
+  'pointerdown',
+  () => {
+    pressed = true;
+    clearTimeout(holding);
+    holding = window.setTimeout(letThrough, 1000);
+  },
+  true,
+);
+for (const end of ['pointerup', 'pointercancel']) {
+  document.addEventListener(end, () => setTimeout(letThrough, 0), true);
+}
+/** @returns {Promise<void> | undefined} */
+const released = () => (pressed ? new Promise((resume) => waiting.push(resume)) : undefined);
+
+/**
+ * `api('api/jobs?state=dead')`, `api('api/jobs/4/retry', { method: 'POST' })`. Paths are
+ * relative to the page. The answer's type is the caller's to say (the server's response
+ * schemas, in types.d.ts).
+ * @template T
+ * @param {string} path
+ * @param {{ method?: 'GET' | 'POST' | 'PATCH' | 'DELETE', body?: unknown }} [options]
+ * @returns {Promise<T>}
+ */
 export async function api(path, { method = 'GET', body } = {}) {
+  /** @type {Record<string, string>} */
   const headers = { accept: 'application/json' };
   const t = token.get();
   if (t) headers.authorization = `Bearer ${t}`;
@@ -39,6 +83,7 @@ export async function api(path, { method = 'GET', body } = {}) {
   }
   const type = response.headers.get('content-type') ?? '';
   const data = type.includes('json') ? await response.json() : await response.text();
+  await released();
   if (!response.ok) throw new ApiError(response.status, data);
   return data;
 }

@@ -1,41 +1,67 @@
+// @ts-check
 import { ApiError, api, token, UnreachableError } from './api.js';
-import { h } from './dom.js';
+import { clock, h } from './dom.js';
 import { job } from './job.js';
 import { jobs } from './jobs.js';
 import { overview } from './overview.js';
+import { schedules } from './schedules.js';
 import { tasks } from './tasks.js';
 import { tenants } from './tenants.js';
 import { workers } from './workers.js';
+
+/** @import { Context, View, Whoami } from './types.js' */
 
 // Live updates by polling: every 2 s (`?refresh=500` in the page's address to change it),
 // paused while the tab is hidden.
 const REFRESH_MS = Math.max(200, Number(new URLSearchParams(location.search).get('refresh')) || 2000);
 
+/** @type {[name: string, label: string, view: (context: Context) => View, access: 'admin' | 'any'][]} */
 const SECTIONS = [
   ['', 'Overview', overview, 'admin'],
   ['jobs', 'Jobs', jobs, 'any'],
   ['tenants', 'Tenants', tenants, 'admin'],
+  ['schedules', 'Schedules', schedules, 'admin'],
   ['tasks', 'Tasks', tasks, 'admin'],
   ['workers', 'Workers', workers, 'admin'],
 ];
 
-const main = document.getElementById('main');
-const nav = document.getElementById('nav');
-const live = document.getElementById('live');
-const liveText = document.getElementById('live-text');
-const toastEl = document.getElementById('toast');
+/**
+ * An element of index.html, which has them all.
+ * @param {string} id
+ */
+function byId(id) {
+  const el = document.getElementById(id);
+  if (!el) throw new Error(`index.html has no #${id}`);
+  return el;
+}
+
+const main = byId('main');
+const nav = byId('nav');
+const live = byId('live');
+const liveText = byId('live-text');
+const toastEl = byId('toast');
+/** @type {Whoami | null} */
 let who = null;
+/** @type {View | null} */
 let current = null;
 let busy = false;
 let toastTimer = 0;
 
+/**
+ * @param {string} message
+ * @param {boolean} [error]
+ */
 function toast(message, error = false) {
   toastEl.textContent = message;
   toastEl.className = `toast${error ? ' error' : ''}`;
   clearTimeout(toastTimer);
-  toastTimer = setTimeout(() => toastEl.classList.add('hidden'), 3500);
+  toastTimer = window.setTimeout(() => toastEl.classList.add('hidden'), 3500);
 }
 
+/**
+ * @param {boolean} ok
+ * @param {string} text
+ */
 function setLive(ok, text) {
   live.className = `live ${ok ? 'ok' : 'error'}`;
   liveText.textContent = text;
@@ -45,6 +71,7 @@ function setLive(ok, text) {
 const EVERY = REFRESH_MS < 1000 ? `${REFRESH_MS} ms` : `${Math.round(REFRESH_MS / 1000)} s`;
 const RESTART_HINT = `Start it again (tusk serve, or your app); this page retries every ${EVERY}.`;
 
+/** @param {unknown} error */
 function fail(error) {
   if (error instanceof ApiError && error.status === 401) {
     signIn(token.get() ? 'That token is unknown or revoked.' : '');
@@ -56,17 +83,18 @@ function fail(error) {
     return;
   }
   setLive(false, 'not updating');
-  toast(error.message, true);
+  toast(error instanceof Error ? error.message : String(error), true);
 }
 
+/** @param {string} message why it is asked again, if it is */
 function signIn(message) {
   clearTimeout(retryStart);
   token.clear();
   current = null;
   who = null;
   nav.replaceChildren();
-  document.getElementById('who').textContent = '';
-  document.getElementById('signout').classList.add('hidden');
+  byId('who').textContent = '';
+  byId('signout').classList.add('hidden');
   const input = h('input', {
     type: 'password',
     placeholder: 'tusk_…',
@@ -104,17 +132,22 @@ function signIn(message) {
   input.focus();
 }
 
+/** @param {Whoami} caller the sections it may see */
+const allowedSections = (caller) => SECTIONS.filter(([, , , access]) => access === 'any' || caller.role === 'admin');
+
 /** The view for the address after `#`: `/jobs/42`, `/jobs?state=dead`, `/tenants`... */
 function show() {
   if (!who) return;
-  const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
+  const [path = '', query = ''] = location.hash.replace(/^#\/?/, '').split('?');
   const params = new URLSearchParams(query);
   const parts = path.split('/').filter(Boolean);
-  const allowed = SECTIONS.filter(([, , , access]) => access === 'any' || who.role === 'admin');
+  const allowed = allowedSections(who);
   const section = allowed.find(([name]) => name === (parts[0] ?? '')) ?? allowed[0];
+  if (!section) return;
+  /** @type {Context} */
   const context = { params, who, toast, navigate: (hash) => (location.hash = hash) };
   const view = section[0] === 'jobs' && parts[1] ? job({ ...context, id: parts[1] }) : section[2](context);
-  for (const a of nav.children) a.classList.toggle('active', a.dataset.section === section[0]);
+  for (const a of nav.querySelectorAll('a')) a.classList.toggle('active', a.dataset.section === section[0]);
   current = view;
   main.replaceChildren(view.el);
   tick();
@@ -126,7 +159,7 @@ async function tick() {
   const view = current;
   try {
     await view.refresh();
-    if (view === current) setLive(true, `live · ${new Date().toLocaleTimeString()}`);
+    if (view === current) setLive(true, `live · ${clock(new Date())}`);
   } catch (error) {
     fail(error);
   } finally {
@@ -138,8 +171,10 @@ let retryStart = 0;
 
 async function start() {
   clearTimeout(retryStart);
+  /** @type {Whoami} */
+  let caller;
   try {
-    who = await api('api/whoami');
+    caller = await api('api/whoami');
   } catch (error) {
     if (error instanceof ApiError && error.status === 401) {
       setLive(false, 'signed out');
@@ -154,29 +189,24 @@ async function start() {
         'section',
         { class: 'panel notice', role: 'alert' },
         h('h1', null, unreachable ? 'The server does not answer' : 'The server answered with an error'),
-        h('p', null, error.message),
+        h('p', null, error instanceof Error ? error.message : String(error)),
         h('p', null, unreachable ? RESTART_HINT : 'Its log says more; this page tries again.'),
         h('button', { class: 'primary', type: 'button', onclick: () => start() }, 'Try again now'),
       ),
     );
-    retryStart = setTimeout(start, REFRESH_MS);
+    retryStart = window.setTimeout(start, REFRESH_MS);
     return;
   }
-  document.getElementById('who').textContent = !who.auth
-    ? 'no auth (loopback)'
-    : who.role === 'admin'
-      ? 'admin'
-      : `tenant ${who.tenant}`;
-  document.getElementById('signout').classList.toggle('hidden', !who.auth);
+  who = caller;
+  byId('who').textContent = !who.auth ? 'no auth (loopback)' : who.role === 'admin' ? 'admin' : `tenant ${who.tenant}`;
+  byId('signout').classList.toggle('hidden', !who.auth);
   nav.replaceChildren(
-    ...SECTIONS.filter(([, , , access]) => access === 'any' || who.role === 'admin').map(([name, label]) =>
-      h('a', { href: `#/${name}`, dataset: { section: name } }, label),
-    ),
+    ...allowedSections(who).map(([name, label]) => h('a', { href: `#/${name}`, dataset: { section: name } }, label)),
   );
   show();
 }
 
-document.getElementById('signout').addEventListener('click', () => signIn(''));
+byId('signout').addEventListener('click', () => signIn(''));
 window.addEventListener('hashchange', show);
 document.addEventListener('visibilitychange', () => !document.hidden && tick());
 setInterval(() => !document.hidden && tick(), REFRESH_MS);

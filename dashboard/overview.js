@@ -1,7 +1,25 @@
+// @ts-check
 import { api } from './api.js';
 import { timeChart } from './charts.js';
-import { badge, duration, h, int, panel, route, STATES, table } from './dom.js';
+import {
+  badge,
+  dateTime,
+  duration,
+  flushPanel,
+  h,
+  int,
+  page,
+  panel,
+  route,
+  STATES,
+  table,
+  utcOffset,
+  ZONE,
+} from './dom.js';
 
+/** @import { Context, Counts, JobState, PausedQueues, Stats, Timeseries, View, Worker } from './types.js' */
+
+/** @type {[JobState, string, string][]} state, label, hint */
 const CARDS = [
   ['available', 'Waiting', 'can run now'],
   ['running', 'Running', 'claimed by workers'],
@@ -11,6 +29,12 @@ const CARDS = [
   ['dead', 'Dead', 'last hour'],
 ];
 
+/**
+ * @param {JobState} state
+ * @param {string} label
+ * @param {string} hint
+ * @param {number} value
+ */
 function card(state, label, hint, value) {
   return h(
     'a',
@@ -21,7 +45,11 @@ function card(state, label, hint, value) {
   );
 }
 
-/** Counts by state for one queue or tenant, each a link to those jobs. */
+/**
+ * Counts by state for one queue or tenant, each a link to those jobs.
+ * @param {{ counts: Counts }} group
+ * @param {Record<string, string>} filter
+ */
 function countCells(group, filter) {
   return STATES.map((state) => {
     const n = group.counts[state];
@@ -32,16 +60,26 @@ function countCells(group, filter) {
 // a function: a node can sit in one table only
 const stateColumns = () => STATES.map((s) => ({ label: badge(s), num: true }));
 
-/** Overview: counts now, activity over the last hour, per queue and per tenant. */
-// chart ranges: [label, minutes, bucket seconds]
-const RANGES = [
-  ['15 min', 15, 15],
-  ['1 hour', 60, 60],
-  ['6 hours', 360, 300],
-];
+/** What zone a chart's time axis is in, beside its title. */
+const zoneNote = () => h('span', { class: 'zone', title: ZONE }, ` · times in ${utcOffset(new Date())} (${ZONE})`);
 
-export function overview() {
-  let range = RANGES.find(([label]) => label === localStorage.getItem('tusk.range')) ?? RANGES[1];
+/** @typedef {[string, number, number]} Range chart range: label, minutes, bucket seconds */
+/** @type {Range} */
+const HOUR = ['1 hour', 60, 60];
+/** @type {Range[]} */
+const RANGES = [['15 min', 15, 15], HOUR, ['6 hours', 360, 300]];
+
+/** Counts of a queue with no jobs in the window (a paused queue is listed all the same). */
+const NO_COUNTS = /** @type {Counts} */ (Object.fromEntries(STATES.map((s) => [s, 0])));
+
+/**
+ * Overview: counts now, activity over the last hour, per queue, per tenant and per task; pausing
+ * and resuming queues.
+ * @param {Context} context
+ * @returns {View}
+ */
+export function overview({ toast }) {
+  let range = RANGES.find(([label]) => label === localStorage.getItem('tusk.range')) ?? HOUR;
   const cards = h('div', { class: 'cards' });
   const rangeButtons = RANGES.map((r) =>
     h(
@@ -63,40 +101,42 @@ export function overview() {
   const waitEl = h('div', { class: 'chart', 'aria-label': 'Wait time' });
   const queues = h('div');
   const tenants = h('div');
-  const el = h(
-    'div',
-    null,
-    h(
-      'div',
-      { class: 'page-head' },
-      h('h1', null, 'Overview'),
-      h('span', { class: 'sub' }, 'counts of finished jobs are over the last hour'),
-      h('div', { class: 'actions segmented' }, rangeButtons),
-    ),
+  const tasks = h('div');
+  const el = page(
+    {
+      title: 'Overview',
+      sub: 'counts of finished jobs are over the last hour',
+      actions: rangeButtons,
+      segmented: true,
+    },
     cards,
     h(
       'div',
       { class: 'grid two' },
-      panel('Jobs per minute', throughputEl),
-      panel('Wait time before start (p50 / p95)', waitEl),
+      panel(['Jobs per minute', zoneNote()], throughputEl),
+      panel(['Wait time before start (p50 / p95)', zoneNote()], waitEl),
     ),
     h(
       'div',
       { class: 'stack gap-top' },
-      h('section', { class: 'panel flush' }, h('h2', null, 'Queues'), queues),
-      h('section', { class: 'panel flush' }, h('h2', null, 'Tenants'), tenants),
+      flushPanel('Queues', queues),
+      flushPanel('Tenants', tenants),
+      flushPanel('Tasks', tasks),
     ),
   );
 
+  /** @type {ReturnType<typeof timeChart> | null} */
   let throughput = null;
+  /** @type {ReturnType<typeof timeChart> | null} */
   let wait = null;
   let seriesAt = 0;
 
   async function refreshSeries() {
     const [, minutes, bucketSeconds] = range;
     for (const b of rangeButtons) b.classList.toggle('active', b.textContent === range[0]);
+    /** @type {Timeseries} */
     const { buckets } = await api(`api/timeseries?minutes=${minutes}&bucketSeconds=${bucketSeconds}`);
-    const perMinute = (n) => (n * 60) / bucketSeconds;
+    const perMinute = (/** @type {number} */ n) => (n * 60) / bucketSeconds;
     throughput ??= timeChart(throughputEl, {
       series: [
         { label: 'enqueued', color: '--s-available' },
@@ -126,8 +166,29 @@ export function overview() {
     );
   }
 
+  /**
+   * Pauses a queue (no claims of its jobs by any worker; running jobs go on) or resumes it.
+   * @param {string} queue
+   * @param {boolean} pause
+   */
+  async function pauseQueue(queue, pause) {
+    await api(`api/queues/${encodeURIComponent(queue)}/${pause ? 'pause' : 'resume'}`, { method: 'POST' });
+    toast(`Queue ${queue} ${pause ? 'paused: no new claims' : 'resumed'}`);
+    await refresh();
+  }
+
+  let refreshes = 0;
+
   async function refresh() {
-    const [stats, { workers }] = await Promise.all([api('api/stats'), api('api/workers')]);
+    const call = ++refreshes;
+    /** @type {[Stats, { workers: Worker[] }, PausedQueues]} */
+    const [stats, { workers }, paused] = await Promise.all([
+      api('api/stats'),
+      api('api/workers'),
+      api('api/queues/paused'),
+    ]);
+    // a refresh started since (the one after a pause) has newer data: leave the page to it
+    if (call !== refreshes) return;
     const alive = workers.filter((w) => w.alive).length;
     cards.replaceChildren(
       ...CARDS.map(([state, label, hint]) => card(state, label, hint, stats.total.counts[state])),
@@ -146,14 +207,44 @@ export function overview() {
         h('div', { class: 'hint' }, `alive of ${workers.length} registered`),
       ),
     );
+    const pausedAt = new Map(paused.queues.map((p) => [p.queue, p.pausedAt]));
+    const rows = [
+      ...stats.queues,
+      ...[...pausedAt.keys()]
+        .filter((name) => !stats.queues.some((q) => q.queue === name))
+        .map((queue) => ({ queue, counts: NO_COUNTS, oldestWaitingMs: null })),
+    ].sort((a, b) => a.queue.localeCompare(b.queue));
     queues.replaceChildren(
       table(
-        [{ label: 'Queue' }, ...stateColumns(), { label: 'Oldest wait', num: true }],
-        stats.queues.map((q) => [
-          h('a', { href: route('jobs', { queue: q.queue }) }, q.queue),
-          ...countCells(q, { queue: q.queue }),
-          duration(q.oldestWaitingMs),
-        ]),
+        [{ label: 'Queue' }, ...stateColumns(), { label: 'Oldest wait', num: true }, { label: '' }],
+        rows.map((q) => {
+          const at = pausedAt.get(q.queue);
+          return [
+            h(
+              'span',
+              null,
+              h('a', { href: route('jobs', { queue: q.queue }) }, q.queue),
+              at
+                ? h(
+                    'span',
+                    { class: 'badge s-failed spaced', dataset: { paused: q.queue }, title: `since ${dateTime(at)}` },
+                    'paused',
+                  )
+                : null,
+            ),
+            ...countCells(q, { queue: q.queue }),
+            duration(q.oldestWaitingMs),
+            h(
+              'div',
+              { class: 'row-actions' },
+              h(
+                'button',
+                { class: 'small', type: 'button', onclick: () => pauseQueue(q.queue, !at) },
+                at ? 'Resume' : 'Pause',
+              ),
+            ),
+          ];
+        }),
         'No jobs yet.',
       ),
     );
@@ -172,6 +263,17 @@ export function overview() {
           duration(t.oldestWaitingMs),
         ]),
         'No tenants yet.',
+      ),
+    );
+    tasks.replaceChildren(
+      table(
+        [{ label: 'Task' }, ...stateColumns(), { label: 'Oldest wait', num: true }],
+        stats.tasks.map((t) => [
+          h('a', { href: route('jobs', { task: t.task }), dataset: { task: t.task } }, t.task),
+          ...countCells(t, { task: t.task }),
+          duration(t.oldestWaitingMs),
+        ]),
+        'No jobs yet.',
       ),
     );
     if (Date.now() - seriesAt > 5_000) {

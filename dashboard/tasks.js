@@ -1,35 +1,34 @@
+// @ts-check
 import { api } from './api.js';
-import { h, int, json, table, time } from './dom.js';
+import { h, int, json, table, tablePage, time } from './dom.js';
 
+/** @import { RecordedTask, View } from './types.js' */
+
+/** @type {(value: string | null) => string | HTMLSpanElement} */
 const orDefault = (value) => value ?? h('span', { class: 'muted' }, 'default');
 
-/** The schema column: the JSON Schema to unfold, or why there is none. */
+/**
+ * The schema column: the JSON Schema to unfold, or why there is none.
+ * @param {RecordedTask} t
+ */
 function schemaCell(t) {
   if (t.payloadSchema) return h('details', null, h('summary', null, 'JSON Schema'), json(t.payloadSchema));
   if (t.schemaMissing) return h('span', { class: 'muted', title: t.schemaMissing }, 'not exported');
   return h('span', { class: 'muted' }, 'none');
 }
 
-/** Tasks: the definitions workers recorded, which producers without the task list apply. */
+/**
+ * Tasks: the definitions workers recorded, which producers without the task list apply.
+ * @returns {View}
+ */
 export function tasks() {
-  const body = h('div');
-  const el = h(
-    'div',
-    null,
-    h(
-      'div',
-      { class: 'page-head' },
-      h('h1', null, 'Tasks'),
-      h(
-        'span',
-        { class: 'sub' },
-        'as the last worker to start recorded them; enqueues from the CLI, HTTP and SQL apply them',
-      ),
-    ),
-    h('section', { class: 'panel flush' }, body),
-  );
+  const { el, body } = tablePage({
+    title: 'Tasks',
+    sub: 'as the last worker to start recorded them; enqueues from the CLI, HTTP and SQL apply them',
+  });
 
   async function refresh() {
+    /** @type {{ tasks: RecordedTask[] }} */
     const { tasks: list } = await api('api/tasks');
     body.replaceChildren(
       table(

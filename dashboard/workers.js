@@ -1,22 +1,20 @@
+// @ts-check
 import { api } from './api.js';
-import { h, int, table, time } from './dom.js';
+import { h, int, table, tablePage, time } from './dom.js';
+/** @import { View, Worker } from './types.js' */
 
-/** Workers: alive or not, last heartbeat, jobs in hand. */
+/**
+ * Workers: alive or not, last heartbeat, jobs in hand.
+ * @returns {View}
+ */
 export function workers() {
-  const body = h('div');
-  const el = h(
-    'div',
-    null,
-    h(
-      'div',
-      { class: 'page-head' },
-      h('h1', null, 'Workers'),
-      h('span', { class: 'sub' }, 'a dead worker’s jobs go back to the queue within a second'),
-    ),
-    h('section', { class: 'panel flush' }, body),
-  );
+  const { el, body } = tablePage({
+    title: 'Workers',
+    sub: 'a dead worker’s jobs go back to the queue within a second',
+  });
 
   async function refresh() {
+    /** @type {{ workers: Worker[] }} */
     const { workers: list } = await api('api/workers');
     body.replaceChildren(
       table(

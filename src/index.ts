@@ -1,7 +1,7 @@
 export type { JobPage, WorkerInfo } from './client/inspect.js';
 export type { ScheduleInfo, Schedules } from './client/schedules.js';
 export type { GroupStats, StateCounts, Stats } from './client/stats.js';
-export type { TenantDefaults, TenantInfo, Tenants } from './client/tenants.js';
+export type { TenantDefaults, TenantInfo, Tenants, WaitReason } from './client/tenants.js';
 export type {
   DrizzleLike,
   KyselyLike,

@@ -1,5 +1,5 @@
 import { mkdirSync } from 'node:fs';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import { type Browser, chromium, type Locator, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Listening } from '../src/index.js';
@@ -10,6 +10,7 @@ import { CHROMIUM, chromiumPresent, needs } from './services.js';
 const browserHere = needs(chromiumPresent());
 const ARTIFACTS = new URL('../test-artifacts/', import.meta.url).pathname;
 const ADMIN = 'dashboard-test-admin-token';
+const ZONE = 'Australia/Darwin';
 
 const db = useTestDb(import.meta.url);
 let browser: Browser;
@@ -22,13 +23,24 @@ beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   listening = await (await db.tusk.server({ adminToken: ADMIN })).listen({ port: 0 });
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-  page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
+  // a zone off UTC, and without summer time, so the times shown are known
+  page = await browser.newPage({ viewport: { width: 1360, height: 900 }, timezoneId: ZONE });
   page.on('pageerror', (error) => pageErrors.push(error));
 });
 afterAll(async () => {
   await browser?.close();
   await listening?.close();
 });
+
+/** A screenshot of the page, or of a part of it, once no toast covers it (a toast hides after 3.5 s). */
+async function shot(name: string, part?: Locator) {
+  await page.locator('#toast.hidden').waitFor({ state: 'attached', timeout: 5_000 });
+  if (part) await part.screenshot({ path: `${ARTIFACTS}${name}.png` });
+  else await page.screenshot({ path: `${ARTIFACTS}${name}.png`, fullPage: true });
+}
+
+/** The panel titled `title`. */
+const panelOf = (title: string) => page.locator('section.panel', { has: page.locator(`h2:text-is("${title}")`) });
 
 /** The number a summary card of the overview shows. */
 const card = async (name: string) =>
@@ -91,6 +103,293 @@ describe('dashboard', () => {
     expect((await db.tusk.getJob(deadId))?.state).toBe('available');
     expect(await page.getByRole('button', { name: 'Retry' }).isDisabled()).toBe(true);
     await page.screenshot({ path: `${ARTIFACTS}dashboard-retried-job.png`, fullPage: true });
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('every section has its page head (one helper builds them) and runs without a script error', async () => {
+    await page.goto(`${listening.url}/?refresh=250`);
+    const sections = await page.locator('#nav a').evaluateAll((links) => links.map((a) => a.textContent));
+    expect(sections).toEqual(['Overview', 'Jobs', 'Tenants', 'Schedules', 'Tasks', 'Workers']);
+    for (const name of sections) {
+      await page.locator('#nav a', { hasText: name as string }).click();
+      await page.locator('.page-head h1', { hasText: name as string }).waitFor();
+      expect(await page.locator('main .page-head').count()).toBe(1);
+      await expect.poll(() => page.locator('#live').getAttribute('class'), { timeout: 5_000 }).toBe('live ok');
+    }
+    // the type-checking files are not served
+    for (const file of ['types.d.ts', 'tsconfig.json']) {
+      expect((await fetch(`${listening.url}/assets/${file}`)).status).toBe(404);
+    }
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('every absolute time says its zone: dates, hover titles, the live clock, the charts', async () => {
+    const { id } = await db.tusk.enqueue('later', {}, { runAt: new Date('2030-01-01T09:00:00Z'), tenant: 'zones' });
+    await page.goto(`${listening.url}/?refresh=250#/jobs/${id}`);
+    await page.getByRole('heading', { name: `Job ${id}` }).waitFor();
+    const fact = (name: string) => page.locator('.fact', { hasText: name }).locator('.v');
+    expect(await fact('Runs at').textContent()).toBe('2030-01-01 18:30:00 UTC+9:30');
+    expect(await fact('Created').locator('span').getAttribute('title')).toMatch(
+      /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\+9:30$/,
+    );
+    expect(await fact('Created').locator('time').getAttribute('title')).toMatch(/ UTC\+9:30 \(Australia\/Darwin\)$/);
+    await expect.poll(() => page.locator('#live-text').textContent()).toMatch(/^live · \d\d:\d\d:\d\d UTC\+9:30$/);
+    await page.screenshot({ path: `${ARTIFACTS}dashboard-job-times.png`, fullPage: true });
+
+    await page.goto(`${listening.url}/?refresh=250#/`);
+    const chart = page.locator('section', { hasText: 'Jobs per minute' });
+    expect(await chart.locator('h2').textContent()).toBe('Jobs per minute · times in UTC+9:30 (Australia/Darwin)');
+    await chart.locator('.u-over').hover();
+    await expect
+      .poll(() => chart.locator('.u-legend .u-series').first().locator('.u-value').textContent())
+      .toMatch(/^\d\d:\d\d UTC\+9:30$/);
+    await chart.screenshot({ path: `${ARTIFACTS}dashboard-chart-zone.png` });
+    await db.tusk.cancel(id);
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('pauses and resumes a queue from the overview, for every worker; a paused queue without jobs is listed', async () => {
+    await db.tusk.enqueue('send', {}, { queue: 'mail', tenant: 'queues' });
+    await db.tusk.queues.pause('idle');
+    await page.goto(`${listening.url}/?refresh=250#/`);
+    const row = (queue: string) =>
+      panelOf('Queues').locator('tbody tr', { has: page.locator(`a:text-is("${queue}")`) });
+    await row('mail').waitFor();
+    expect(await row('idle').locator('[data-paused="idle"]').textContent()).toBe('paused');
+    expect(await row('mail').locator('[data-paused]').count()).toBe(0);
+
+    await row('mail').getByRole('button', { name: 'Pause' }).click();
+    await row('mail').locator('[data-paused="mail"]').waitFor();
+    expect((await db.tusk.queues.paused()).map((q) => q.queue)).toEqual(['idle', 'mail']);
+    expect(await page.locator('#toast').textContent()).toBe('Queue mail paused: no new claims');
+    await shot('dashboard-queues', panelOf('Queues'));
+
+    // resumed: a worker of that queue runs its job
+    const ran: string[] = [];
+    const worker = db.worker({ tasks: { send: () => void ran.push('send') }, queues: ['mail'] });
+    await worker.start();
+    await row('mail').getByRole('button', { name: 'Resume' }).click();
+    await expect
+      .poll(() => db.tusk.queues.paused(), { timeout: 10_000 })
+      .toEqual([expect.objectContaining({ queue: 'idle' })]);
+    await expect.poll(() => row('mail').locator('[data-paused]').count(), { timeout: 10_000 }).toBe(0);
+    await expect.poll(() => ran, { timeout: 10_000 }).toEqual(['send']);
+    await worker.stop();
+    await db.tusk.queues.resume('idle');
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('the overview breaks jobs down by task, each count a link to those jobs', async () => {
+    const { ids } = await db.tusk.enqueueMany([
+      ...Array.from({ length: 3 }, () => ({ task: 'resize_image', tenant: 'bytask', queue: 'bytask' })),
+      { task: 'send_digest', tenant: 'bytask', queue: 'bytask', delayMs: 3_600_000 },
+    ]);
+    await page.goto(`${listening.url}/?refresh=250#/`);
+    const row = (task: string) => panelOf('Tasks').locator('tbody tr', { has: page.locator(`[data-task="${task}"]`) });
+    await row('resize_image').waitFor();
+    // task, then scheduled, waiting, running, retrying, succeeded, dead, cancelled, expired
+    expect((await row('resize_image').locator('td').allInnerTexts()).slice(0, 9)).toEqual([
+      'resize_image',
+      '0',
+      '3',
+      '0',
+      '0',
+      '0',
+      '0',
+      '0',
+      '0',
+    ]);
+    expect((await row('send_digest').locator('td').allInnerTexts()).slice(0, 3)).toEqual(['send_digest', '1', '0']);
+    await shot('dashboard-by-task', panelOf('Tasks'));
+    await row('resize_image').getByRole('link', { name: '3' }).click();
+    await expect.poll(() => page.locator('main tbody tr').count(), { timeout: 5_000 }).toBe(3);
+    expect(page.url()).toMatch(/#\/jobs\?task=resize_image&state=available$/);
+    await Promise.all(ids.map((id) => db.tusk.cancel(id)));
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('the job list: filters from known names and a time range; selected jobs retried and cancelled together', async () => {
+    const { ids } = await db.tusk.enqueueMany(
+      Array.from({ length: 4 }, (_, i) => ({
+        task: 'bulk_task',
+        tenant: 'bulk',
+        queue: 'bulkq',
+        payload: { i },
+        maxAttempts: i < 2 ? 1 : 5,
+      })),
+    );
+    const [a, b, c, d] = ids as [string, string, string, string];
+    // two dead, two waiting; one of the waiting created long ago
+    await db.rows(`UPDATE $schema.jobs SET created_at = '2020-01-01T00:00:00Z' WHERE id = $1`, [d]);
+    for (const lease of await db.tusk.fetch({ tenant: 'bulk', queue: 'bulkq', count: 2 })) {
+      expect([a, b]).toContain(lease.id);
+      await db.tusk.nack(lease, { error: 'gave up' });
+    }
+    expect((await Promise.all(ids.map((id) => db.tusk.getJob(id)))).map((j) => j?.state)).toEqual([
+      'dead',
+      'dead',
+      'available',
+      'available',
+    ]);
+
+    await page.goto(`${listening.url}/?refresh=250#/jobs`);
+    const form = page.locator('form.filters');
+    // the names to choose from: what the server knows
+    await expect
+      .poll(() => page.locator('#known-tasks option').evaluateAll((o) => o.map((x) => x.getAttribute('value'))), {
+        timeout: 5_000,
+      })
+      .toContain('bulk_task');
+    expect(await page.locator('#known-tenants option[value="bulk"]').count()).toBe(1);
+    expect(await page.locator('#known-queues option[value="bulkq"]').count()).toBe(1);
+    await form.getByLabel('task').fill('bulk_task');
+    await form.getByLabel('tenant').fill('bulk');
+    await form.getByLabel('created from (UTC+9:30)').fill('2020-01-01T09:00'); // 2019-12-31T23:30Z
+    await form.getByLabel('to (UTC+9:30)').fill('2020-01-01T10:00'); // 00:30Z
+    await form.getByRole('button', { name: 'Filter' }).click();
+    await expect
+      .poll(() => page.url(), { timeout: 5_000 })
+      .toContain('from=2019-12-31T23%3A30%3A00.000Z&to=2020-01-01T00%3A30%3A00.000Z');
+    const idsShown = () => page.locator('main tbody tr td:nth-child(2)').allInnerTexts();
+    await expect.poll(idsShown, { timeout: 5_000 }).toEqual([d]);
+
+    await page.goto(`${listening.url}/?refresh=250#/jobs?task=bulk_task&tenant=bulk`);
+    await expect.poll(idsShown, { timeout: 5_000 }).toEqual([d, c, b, a]);
+    expect(await form.getByLabel('task').inputValue()).toBe('bulk_task');
+    const box = (id: string) => page.getByLabel(`select job ${id}`);
+    await page.getByLabel('select every job on this page').check();
+    expect(await page.locator('.bulk > span').textContent()).toBe('4 jobs selected');
+    await box(d).uncheck();
+    expect(await page.locator('.bulk > span').textContent()).toBe('3 jobs selected');
+    await shot('dashboard-jobs-selected');
+
+    // retry: the dead ones go back; the waiting one is left, and said so
+    await page.getByRole('button', { name: 'Retry selected' }).click();
+    await expect
+      .poll(() => page.locator('#toast').textContent(), { timeout: 5_000 })
+      .toBe('2 jobs queued again; 1 left as not retryable in its state');
+    expect((await Promise.all(ids.map((id) => db.tusk.getJob(id)))).map((j) => j?.state)).toEqual([
+      'available',
+      'available',
+      'available',
+      'available',
+    ]);
+    await expect.poll(() => page.locator('input[data-job]:checked').count(), { timeout: 5_000 }).toBe(0);
+
+    // cancel two
+    await box(a).check();
+    await box(c).check();
+    page.once('dialog', (dialog) => void dialog.accept());
+    await page.getByRole('button', { name: 'Cancel selected' }).click();
+    await expect.poll(() => page.locator('#toast').textContent(), { timeout: 5_000 }).toBe('2 jobs cancelled');
+    expect((await Promise.all(ids.map((id) => db.tusk.getJob(id)))).map((j) => j?.state)).toEqual([
+      'cancelled',
+      'available',
+      'cancelled',
+      'available',
+    ]);
+    await Promise.all(ids.map((id) => db.tusk.cancel(id)));
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('the schedules page lists each schedule with its zone, next and last tick and last job; removes one', async () => {
+    await db.tusk.schedules.set('nightly-report', '0 3 * * *', { task: 'report', tenant: 'acme', tz: 'Europe/Paris' });
+    await db.tusk.schedules.set('heartbeat', '* * * * * *', { task: 'ping', queue: 'cron' });
+    await db.tusk.upkeep().runOnce(); // enqueues the ticks due soon
+    const heartbeat = await db.tusk.schedules.get('heartbeat');
+    const nightly = await db.tusk.schedules.get('nightly-report');
+    await page.goto(`${listening.url}/?refresh=250#/schedules`);
+    const row = (name: string) => page.locator('tbody tr', { has: page.locator(`[data-schedule="${name}"]`) });
+    await row('nightly-report').waitFor();
+    const cells = await row('nightly-report').locator('td').allInnerTexts();
+    expect(cells.slice(0, 6)).toEqual(['nightly-report', '0 3 * * *', 'Europe/Paris', 'report', 'acme', 'default']);
+    // the next 3 o'clock in Paris, shown in the browser's zone
+    const next = new Date(nightly?.nextRunAt ?? 0);
+    const local = new Intl.DateTimeFormat('sv-SE', { timeZone: ZONE, dateStyle: 'short', timeStyle: 'medium' });
+    expect(cells[6]).toMatch(new RegExp(`^${local.format(next)} UTC\\+9:30\\nin `));
+    expect(cells.slice(7, 9)).toEqual(['not yet', '—']);
+    const lastJob = row('heartbeat').locator(`a[href="#/jobs/${heartbeat?.lastJobId}"]`);
+    expect(await lastJob.textContent()).toBe(heartbeat?.lastJobId);
+    await shot('dashboard-schedules');
+
+    page.once('dialog', (dialog) => void dialog.accept());
+    await row('heartbeat').getByRole('button', { name: 'Remove' }).click();
+    await expect.poll(() => row('heartbeat').count(), { timeout: 5_000 }).toBe(0);
+    expect(await db.tusk.schedules.get('heartbeat')).toBeNull();
+    expect((await db.tusk.getJob(heartbeat?.lastJobId ?? '0'))?.state).toBe('cancelled');
+    await row('nightly-report').getByRole('link', { name: 'acme' }).click();
+    await page.getByRole('heading', { name: 'Jobs' }).waitFor();
+    expect(page.url()).toMatch(/#\/jobs\?tenant=acme$/);
+    await db.tusk.schedules.remove('nightly-report');
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('the tenants page shows rate limits, retention and why jobs wait; edits them', async () => {
+    await db.tusk.tenants.set('metered', { rate: { limit: 1, perMs: 86_400_000 }, retention: '30 days' });
+    await db.tusk.tenants.set('narrow', { slots: 1 });
+    const { ids } = await db.tusk.enqueueMany(
+      ['metered', 'metered', 'narrow', 'narrow'].map((tenant) => ({ task: 'w', tenant, queue: 'why' })),
+    );
+    // one start each: the metered tenant's rate and the narrow tenant's slot are used up
+    for (const tenant of ['metered', 'narrow'])
+      expect(await db.tusk.fetch({ tenant, queue: 'why', count: 2 })).toHaveLength(1);
+    const metered = await db.tusk.tenants.get('metered');
+
+    await page.goto(`${listening.url}/?refresh=250#/tenants`);
+    const row = (tenant: string) => page.locator('tbody tr', { has: page.locator(`[data-tenant="${tenant}"]`) });
+    const cells = async (tenant: string) => (await row(tenant).locator('td').allInnerTexts()).slice(0, 11);
+    await row('metered').waitFor();
+    const resets = new Intl.DateTimeFormat('en-GB', { timeZone: ZONE, timeStyle: 'medium' }).format(
+      metered?.rateResetsAt ?? 0,
+    );
+    expect(await cells('metered')).toEqual([
+      'metered',
+      '∞\ndefault',
+      '—',
+      '1 / day',
+      '30 days',
+      '1',
+      '1',
+      '0',
+      '0',
+      expect.stringMatching(/ (ms|s)$/),
+      `rate limited until ${resets} UTC+9:30 (1 / day)`,
+    ]);
+    expect((await cells('narrow')).slice(1, 5)).toEqual(['1', '—', '—', 'forever\ndefault']);
+    expect((await cells('narrow'))[10]).toBe('slots full (1 of 1)');
+    await shot('dashboard-tenants');
+
+    await row('narrow').getByRole('button', { name: 'Edit' }).click();
+    const editor = panelOf('Tenant narrow');
+    await editor.getByLabel('slots').fill('3');
+    await editor.getByLabel('rate limit').fill('100');
+    await editor.getByLabel('rate window').selectOption({ label: 'per minute' });
+    await editor.getByLabel('retention').fill('90 days');
+    await page.screenshot({ path: `${ARTIFACTS}dashboard-tenant-edit.png`, fullPage: true });
+    await editor.getByRole('button', { name: 'Save' }).click();
+    await expect.poll(() => panelOf('Tenant narrow').count()).toBe(0);
+    expect(await db.tusk.tenants.get('narrow')).toMatchObject({
+      slots: 3,
+      rate: { limit: 100, perMs: 60_000 },
+      retention: '90 days',
+    });
+    // a slot free and starts left: its waiting job waits for a worker now
+    await expect
+      .poll(() => cells('narrow'), { timeout: 5_000 })
+      .toEqual([
+        'narrow',
+        '3',
+        '—',
+        '100 / min',
+        '90 days',
+        '1',
+        '1',
+        '0',
+        '0',
+        expect.stringMatching(/ (ms|s)$/),
+        'waiting for a worker',
+      ]);
+    await Promise.all(ids.map((id) => db.tusk.cancel(id)));
     expect(pageErrors).toEqual([]);
   });
 

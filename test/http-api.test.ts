@@ -11,6 +11,8 @@ import {
   leaseUntilSchema,
   queueListSchema,
   retriedSchema,
+  scheduleListSchema,
+  scheduleRemovedSchema,
   statsSchema,
   tenantListSchema,
   tenantSchema,
@@ -311,6 +313,25 @@ describe('HTTP API', () => {
     expect((await call('GET', '/api/jobs?tenant=globex', { token: acmeToken })).status).toBe(403);
   });
 
+  it('GET /api/jobs?from=&to=: jobs created in a time range (from included, to not), waiting or finished', async () => {
+    const { ids } = await db.tusk.enqueueMany(Array.from({ length: 3 }, () => ({ task: 'timed', queue: 'timed' })));
+    const [a, b, c] = ids as [string, string, string];
+    await db.rows(`UPDATE $schema.jobs SET created_at = $2 WHERE id = $1`, [a, '2020-01-01T00:00:00Z']);
+    await db.rows(`UPDATE $schema.jobs SET created_at = $2 WHERE id = $1`, [b, '2020-01-02T00:00:00Z']);
+    const [job] = await db.tusk.fetch({ count: 1, queue: 'default' });
+    if (job?.id === a)
+      await db.tusk.ack(job); // a finished one comes from the history
+    else if (job) await db.tusk.nack(job);
+    const list = async (range: string) =>
+      expectReply(await call('GET', `/api/jobs?task=timed&${range}`), 200, jobListSchema).jobs.map((j) => j.id);
+    expect(await list('from=2020-01-01T00:00:00Z&to=2020-01-02T00:00:00Z')).toEqual([a]);
+    expect(await list('from=2020-01-01T12:00:00%2B02:00&to=2020-01-03T00:00:00Z')).toEqual([b]);
+    expect(await list('from=2020-01-01T00:00:00Z')).toEqual([c, b, a]);
+    expect(await list(`to=${encodeURIComponent(new Date(Date.now() - 60_000).toISOString())}`)).toEqual([b, a]);
+    expectInvalid(await call('GET', '/api/jobs?from=2020-01-01T00:00:00'), 'query.from', /time zone/);
+    await Promise.all(ids.map((id) => db.tusk.cancel(id)));
+  });
+
   it("GET /api/jobs/:id: another tenant's token gets 404, the same as for no job at all", async () => {
     const { id } = await db.tusk.enqueue('secret', { x: 1 }, { tenant: 'globex' });
     expect(expectReply(await call('GET', `/api/jobs/${id}`, { token: globexToken }), 200, jobSchema).id).toBe(id);
@@ -567,6 +588,92 @@ describe('HTTP API', () => {
     expect((await call('GET', '/api/tenants/nobody-at-all')).status).toBe(404);
   });
 
+  it("tenants: rate limit and retention set and shown; why each tenant's jobs wait", async () => {
+    const set = expectReply(
+      await call('PATCH', '/api/tenants/metered', {
+        body: { rate: { limit: 1, perMs: 86_400_000 }, retention: '30 day' },
+      }),
+      200,
+      tenantSchema,
+    );
+    expect(set).toMatchObject({ rate: { limit: 1, perMs: 86_400_000 }, retention: '30 days', ownRetention: '30 days' });
+    expectInvalid(
+      await call('PATCH', '/api/tenants/metered', { body: { rate: { limit: 0, perMs: 1000 } } }),
+      'body.rate.limit',
+    );
+    expectInvalid(await call('PATCH', '/api/tenants/metered', { body: { retention: 'forever' } }), 'body.retention');
+    await call('PATCH', '/api/tenants/narrow', { body: { slots: 1 } });
+    await call('PATCH', '/api/tenants/held', { body: { paused: true } });
+    await db.tusk.queues.pause('parked');
+    await db.tusk.enqueueMany([
+      ...['metered', 'metered', 'narrow', 'narrow', 'held', 'ready'].map((tenant) => ({
+        task: 'w',
+        tenant,
+        queue: 'why',
+      })),
+      { task: 'w', tenant: 'parked', queue: 'parked' },
+      { task: 'w', tenant: 'later', queue: 'why', delayMs: 3_600_000 },
+    ]);
+    // one start each for the metered and the narrow tenants: then their rate and their slot are used up
+    for (const tenant of ['metered', 'narrow']) {
+      const { jobs } = expectReply(
+        await call('POST', '/api/fetch', { body: { tenant, queue: 'why', count: 2 } }),
+        200,
+        fetchedSchema,
+      );
+      expect(jobs).toHaveLength(1);
+    }
+    const { tenants } = expectReply(await call('GET', '/api/tenants'), 200, tenantListSchema);
+    const why = Object.fromEntries(tenants.map((t) => [t.tenant, t.waitReasons]));
+    expect(why).toMatchObject({
+      metered: ['rate_limited'],
+      narrow: ['slots_full'],
+      held: ['paused'],
+      parked: ['queue_paused'],
+      ready: ['worker'],
+      later: ['scheduled'],
+    });
+    const metered = tenants.find((t) => t.tenant === 'metered');
+    const resets = Date.parse(metered?.rateResetsAt ?? '');
+    expect(resets).toBeGreaterThan(Date.now());
+    expect(resets % 86_400_000).toBe(0); // windows are aligned to the epoch
+    const later = tenants.find((t) => t.tenant === 'later');
+    expect(Date.parse(later?.nextRunAt ?? '') - Date.now()).toBeGreaterThan(3_500_000);
+    expect(later?.oldestWaitingMs).toBeNull(); // none of its jobs can run now
+    expect(tenants.find((t) => t.tenant === 'ready')).toMatchObject({ rateResetsAt: null, nextRunAt: null });
+    await db.tusk.queues.resume('parked');
+    await db.tusk.tenants.resume('held');
+  });
+
+  it('schedules: listed with their next tick, last tick and last job; removed (404 for none); admin only', async () => {
+    await db.tusk.schedules.set('nightly', '0 3 * * *', { task: 'report', tenant: 'acme', tz: 'Europe/Paris' });
+    await db.tusk.schedules.set('every-second', '* * * * * *', { task: 'tick', queue: 'cron' });
+    await db.tusk.upkeep().runOnce(); // enqueues the ticks due soon
+    const { schedules } = expectReply(await call('GET', '/api/schedules'), 200, scheduleListSchema);
+    expect(schedules.map((s) => s.name)).toEqual(['every-second', 'nightly']);
+    const [everySecond, nightly] = schedules;
+    expect(nightly).toMatchObject({ cron: '0 3 * * *', tz: 'Europe/Paris', task: 'report', tenant: 'acme' });
+    expect(nightly).toMatchObject({ queue: 'default', source: 'api', lastRunAt: null, lastJobId: null });
+    expect(Date.parse(nightly?.nextRunAt ?? '')).toBeGreaterThan(Date.now());
+    expect(everySecond).toMatchObject({ tz: 'UTC', task: 'tick', queue: 'cron' });
+    const lastJob = await db.tusk.getJob(everySecond?.lastJobId ?? '0');
+    expect(lastJob).toMatchObject({ task: 'tick', queue: 'cron', runAt: new Date(everySecond?.lastRunAt ?? '') });
+
+    expect((await call('GET', '/api/schedules', { token: acmeToken })).status).toBe(403);
+    expect((await call('DELETE', '/api/schedules/nightly', { token: acmeToken })).status).toBe(403);
+    expect(expectReply(await call('DELETE', '/api/schedules/every-second'), 200, scheduleRemovedSchema)).toEqual({
+      name: 'every-second',
+      removed: true,
+    });
+    expect(await db.tusk.schedules.get('every-second')).toBeNull();
+    expect((await db.tusk.getJob(lastJob?.id ?? '0'))?.state).toBe('cancelled'); // its tick enqueued ahead
+    expect(expectReply(await call('DELETE', '/api/schedules/every-second'), 404, errorSchema).error.code).toBe(
+      'not_found',
+    );
+    expectInvalid(await call('DELETE', `/api/schedules/${'x'.repeat(201)}`), 'name');
+    await db.tusk.schedules.remove('nightly');
+  });
+
   it('monitoring: stats, queues, workers, timeseries and /metrics follow a worker of another instance', async () => {
     const before = await scrape();
     const other = db.another();
@@ -605,6 +712,11 @@ describe('HTTP API', () => {
 
     const stats = expectReply(await call('GET', '/api/stats'), 200, statsSchema);
     expect(stats.queues.find((q) => q.queue === 'watched')?.counts).toMatchObject({ succeeded: 4, dead: 2 });
+    // by task, across tenants and queues, from the same scan
+    expect(stats.tasks.find((t) => t.task === 'ok')?.counts).toMatchObject({ succeeded: 4, dead: 0 });
+    expect(stats.tasks.find((t) => t.task === 'boom')?.counts).toMatchObject({ succeeded: 0, dead: 2 });
+    const total = (counts: Record<string, number>) => Object.values(counts).reduce((a, b) => a + b, 0);
+    expect(stats.tasks.reduce((n, t) => n + total(t.counts), 0)).toBe(total(stats.total.counts));
     const queues = expectReply(await call('GET', '/api/queues'), 200, queueListSchema);
     expect(queues.queues.find((q) => q.queue === 'watched')?.counts.succeeded).toBe(4);
     const series = expectReply(await call('GET', '/api/timeseries?minutes=10&queue=watched'), 200, timeseriesSchema);

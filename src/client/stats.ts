@@ -18,6 +18,8 @@ export interface Stats {
   since: Date;
   tenants: Array<GroupStats & { tenant: string; slots: number | null; paused: boolean }>;
   queues: Array<GroupStats & { queue: string }>;
+  /** The same by task, across tenants and queues. */
+  tasks: Array<GroupStats & { task: string }>;
   total: GroupStats;
 }
 
@@ -37,7 +39,7 @@ function add(group: GroupStats, row: GroupCount): void {
   if (row.oldest_ms !== null) group.oldestWaitingMs = Math.max(group.oldestWaitingMs ?? 0, row.oldest_ms);
 }
 
-/** Per tenant and per queue: counts by state and the oldest waiting job's age. */
+/** Per tenant, per queue and per task: counts by state and the oldest waiting job's age. */
 export async function collectStats(db: Queryable, schema: string, windowMs: number): Promise<Stats> {
   const since = new Date(Date.now() - windowMs);
   const [rows, tenantRows] = await Promise.all([countJobs(db, schema, since), selectTenants(db, schema, null)]);
@@ -53,16 +55,28 @@ export async function collectStats(db: Queryable, schema: string, windowMs: numb
     });
   }
   const queues = new Map<string, Stats['queues'][number]>();
+  const tasks = new Map<string, Stats['tasks'][number]>();
   for (const row of rows) {
-    let tenant = tenants.get(row.tenant);
-    if (!tenant) {
-      tenant = { tenant: row.tenant, slots: null, paused: false, counts: emptyCounts(), oldestWaitingMs: null };
-      tenants.set(row.tenant, tenant);
+    if (row.by_task) {
+      const name = row.task as string;
+      let task = tasks.get(name);
+      if (!task) {
+        task = { task: name, counts: emptyCounts(), oldestWaitingMs: null };
+        tasks.set(name, task);
+      }
+      add(task, row);
+      continue;
     }
-    let queue = queues.get(row.queue);
+    const [tenantName, queueName] = [row.tenant as string, row.queue as string];
+    let tenant = tenants.get(tenantName);
+    if (!tenant) {
+      tenant = { tenant: tenantName, slots: null, paused: false, counts: emptyCounts(), oldestWaitingMs: null };
+      tenants.set(tenantName, tenant);
+    }
+    let queue = queues.get(queueName);
     if (!queue) {
-      queue = { queue: row.queue, counts: emptyCounts(), oldestWaitingMs: null };
-      queues.set(row.queue, queue);
+      queue = { queue: queueName, counts: emptyCounts(), oldestWaitingMs: null };
+      queues.set(queueName, queue);
     }
     add(tenant, row);
     add(queue, row);
@@ -73,6 +87,7 @@ export async function collectStats(db: Queryable, schema: string, windowMs: numb
     since,
     tenants: [...tenants.entries()].sort(byName).map(([, v]) => v),
     queues: [...queues.entries()].sort(byName).map(([, v]) => v),
+    tasks: [...tasks.entries()].sort(byName).map(([, v]) => v),
     total,
   };
 }

@@ -13,6 +13,16 @@ import {
 import { describe, flagSchema, integer, nameSchema, parse } from '../validation/validate.js';
 import { retentionSchema } from './retention.js';
 
+/**
+ * Why a tenant's jobs wait: `paused` (the tenant), `queue_paused` (some wait in paused
+ * queues), `slots_full` (as many running as it has slots), `rate_limited` (no starts left
+ * in the rate window, until `rateResetsAt`), `worker` (nothing of the above holds them:
+ * they wait for a free worker of their queue), `scheduled` (scheduled or retrying jobs not
+ * due yet, the first at `nextRunAt`).
+ */
+export const WAIT_REASONS = ['paused', 'queue_paused', 'slots_full', 'rate_limited', 'worker', 'scheduled'] as const;
+export type WaitReason = (typeof WAIT_REASONS)[number];
+
 /** A tenant's settings and its unfinished jobs. */
 export interface TenantInfo {
   tenant: string;
@@ -38,6 +48,12 @@ export interface TenantInfo {
   /** Age of the oldest job that could run now, in ms; null if none waits. */
   oldestWaitingMs: number | null;
   lastServedAt: Date | null;
+  /** Why its jobs wait, in the order the claim checks; empty when none waits. */
+  waitReasons: WaitReason[];
+  /** The end of the current rate window, when starts are counted afresh; null without a rate. */
+  rateResetsAt: Date | null;
+  /** When the first of its scheduled or retrying jobs is due; null if none. */
+  nextRunAt: Date | null;
 }
 
 const MAX_SLOTS = 1_000_000;
@@ -45,7 +61,7 @@ const limit = () => integer(1, MAX_SLOTS).nullable().optional();
 
 /** Longest rate window: 31 days. */
 const MAX_RATE_WINDOW_MS = 31 * 24 * 3600_000;
-const rateSchema = z
+export const rateSchema = z
   .strictObject(
     {
       limit: integer(1, MAX_SLOTS),
@@ -153,6 +169,21 @@ export class Tenants {
   }
 }
 
+/** Why a tenant's jobs wait, from its settings and counts (see WaitReason). */
+function waitReasons(row: TenantRow): WaitReason[] {
+  const reasons: WaitReason[] = [];
+  if (row.available > 0) {
+    if (row.paused) reasons.push('paused');
+    if (row.available_paused_queues > 0) reasons.push('queue_paused');
+    if (row.slots !== null && row.running >= row.slots) reasons.push('slots_full');
+    if (row.rate_left === 0) reasons.push('rate_limited');
+    const held = row.paused || reasons.includes('slots_full') || reasons.includes('rate_limited');
+    if (!held && row.available > row.available_paused_queues) reasons.push('worker');
+  }
+  if (row.scheduled + row.retrying > 0) reasons.push('scheduled');
+  return reasons;
+}
+
 export function toTenantInfo(row: TenantRow): TenantInfo {
   return {
     tenant: row.tenant,
@@ -169,5 +200,8 @@ export function toTenantInfo(row: TenantRow): TenantInfo {
     retrying: row.retrying,
     oldestWaitingMs: row.oldest_waiting_ms,
     lastServedAt: row.last_served_at,
+    waitReasons: waitReasons(row),
+    rateResetsAt: row.rate_resets_at,
+    nextRunAt: row.next_run_at,
   };
 }

@@ -14,6 +14,7 @@ import { type RateLimit, rateLimit } from './rateLimit.js';
 import { adminEndpoints } from './routes/admin.js';
 import { jobEndpoints } from './routes/jobs.js';
 import { leaseEndpoints } from './routes/leases.js';
+import { scheduleEndpoints } from './routes/schedules.js';
 
 export interface AppOptions {
   /** Serve the dashboard at `/`. */
@@ -28,7 +29,7 @@ export interface AppOptions {
 
 /** Every endpoint of the API (and /metrics), as documented in /api/openapi.json. */
 export function endpoints(api: Api): Endpoint[] {
-  return [...jobEndpoints(api), ...leaseEndpoints(api), ...adminEndpoints(api)];
+  return [...jobEndpoints(api), ...leaseEndpoints(api), ...adminEndpoints(api), ...scheduleEndpoints(api)];
 }
 
 /** Reads a JSON body within its limit; an empty one is `{}` where the endpoint allows it. */

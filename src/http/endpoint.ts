@@ -18,7 +18,7 @@ export interface ResponseDoc {
  * and its handler. Query and body arrive parsed.
  */
 export interface Endpoint<Q extends z.ZodType = z.ZodType, B extends z.ZodType = z.ZodType> {
-  method: 'get' | 'post' | 'patch';
+  method: 'get' | 'post' | 'patch' | 'delete';
   /** Hono path: `/api/jobs/:id`. */
   path: string;
   summary: string;

@@ -1,9 +1,14 @@
 import { z } from 'zod';
 import { VERSION } from '../version.js';
 import type { Endpoint } from './endpoint.js';
-import { errorSchema, jobIdSchema, queueParam, tenantParam } from './schemas.js';
+import { errorSchema, jobIdSchema, queueParam, scheduleParam, tenantParam } from './schemas.js';
 
-const PATH_PARAMS: Record<string, z.ZodType> = { id: jobIdSchema, tenant: tenantParam, queue: queueParam };
+const PATH_PARAMS: Record<string, z.ZodType> = {
+  id: jobIdSchema,
+  tenant: tenantParam,
+  queue: queueParam,
+  name: scheduleParam,
+};
 
 function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): Record<string, unknown> {
   const { $schema: _, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>;

@@ -1,4 +1,6 @@
 import { z } from 'zod';
+import { retentionSchema } from '../client/retention.js';
+import { rateSchema, WAIT_REASONS } from '../client/tenants.js';
 import { TuskValidationError } from '../errors.js';
 import {
   dependencyShape,
@@ -156,6 +158,8 @@ export const listJobsQuery = z.strictObject({
   tenant: nameSchema(128).optional(),
   queue: nameSchema(128).optional(),
   task: nameSchema(200).optional(),
+  from: isoDate.optional().meta({ description: 'created at or after (ISO 8601 with a zone)' }),
+  to: isoDate.optional().meta({ description: 'created before (ISO 8601 with a zone)' }),
   cursor: jobIdSchema.optional().meta({ description: 'nextCursor of the previous page' }),
   limit: intParam(1, 500).optional().meta({ description: 'jobs per page, 1 to 500 (default 50)' }),
 });
@@ -193,6 +197,10 @@ export const tenantPatch = z.strictObject({
   slots: limit.meta({ description: 'jobs it may run at once; null: the default' }),
   perKey: limit.meta({ description: 'running jobs per concurrency key; null: no limit' }),
   paused: flagSchema().optional(),
+  rate: rateSchema.meta({ description: 'at most limit job starts per window of perMs; null: no limit' }),
+  retention: retentionSchema
+    .optional()
+    .meta({ description: "how long its finished jobs are kept, e.g. '30 days'; null: the default" }),
 });
 
 export const statsQuery = z.strictObject({
@@ -216,6 +224,7 @@ export const timeseriesQuery = z.strictObject({
 
 export const tenantParam = nameSchema(128);
 export const queueParam = nameSchema(128);
+export const scheduleParam = nameSchema(200);
 
 // Responses: documentation, and checked against real responses by the API tests.
 
@@ -321,6 +330,18 @@ export const tenantSchema = z.object({
   retrying: z.number(),
   oldestWaitingMs: ms,
   lastServedAt: nullableDate,
+  rate: z
+    .object({ limit: z.number(), perMs: z.number() })
+    .nullable()
+    .meta({ description: 'at most limit job starts per window of perMs; null: no limit' }),
+  retention: z.string().nullable().meta({ description: 'in effect (own or default); null: kept forever' }),
+  ownRetention: z.string().nullable().meta({ description: 'set on this tenant; null: the default applies' }),
+  waitReasons: z.array(z.enum(WAIT_REASONS)).meta({
+    description:
+      'why its jobs wait, in the order the claim checks: the tenant paused, some in paused queues, slots full, no starts left in the rate window, a free worker (nothing else holds them), scheduled or retrying jobs not due yet; empty when none waits',
+  }),
+  rateResetsAt: nullableDate.meta({ description: 'the end of the current rate window; null without a rate' }),
+  nextRunAt: nullableDate.meta({ description: 'when its first scheduled or retrying job is due' }),
 });
 export const tenantListSchema = z.object({ tenants: z.array(tenantSchema) });
 
@@ -333,6 +354,9 @@ export const statsSchema = z.object({
   since: date.meta({ description: 'finished jobs are counted from then' }),
   tenants: z.array(z.object({ tenant: z.string(), slots: z.number().nullable(), paused: z.boolean(), ...groupStats })),
   queues: z.array(queueStatsSchema),
+  tasks: z
+    .array(z.object({ task: z.string(), ...groupStats }))
+    .meta({ description: 'by task, across tenants and queues' }),
   total: z.object(groupStats),
 });
 export const queueListSchema = z.object({ since: date, queues: z.array(queueStatsSchema) });
@@ -357,6 +381,26 @@ export const recordedTaskListSchema = z.object({
     }),
   ),
 });
+
+export const scheduleSchema = z.object({
+  name: z.string(),
+  cron: z.string(),
+  tz: z.string().meta({ description: 'the time zone its cron expression is read in' }),
+  task: z.string(),
+  payload: z.unknown(),
+  tenant: z.string(),
+  queue: z.string(),
+  priority: z.number(),
+  maxAttempts: z.number(),
+  concurrencyKey: z.string().nullable(),
+  backfill: z.number().meta({ description: 'missed ticks enqueued after downtime' }),
+  source: z.enum(['api', 'crontab']).meta({ description: 'crontab: kept in sync with a crontab file' }),
+  nextRunAt: nullableDate.meta({ description: 'the next tick not enqueued yet; null if none is left' }),
+  lastRunAt: nullableDate.meta({ description: 'the last tick enqueued' }),
+  lastJobId: jobIdSchema.nullable().meta({ description: "the last tick's job" }),
+});
+export const scheduleListSchema = z.object({ schedules: z.array(scheduleSchema) });
+export const scheduleRemovedSchema = z.object({ name: z.string(), removed: z.literal(true) });
 
 export const workerSchema = z.object({
   id: z.number(),

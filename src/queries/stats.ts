@@ -57,10 +57,15 @@ export async function firstJobId(db: Queryable, schema: string, state: string): 
   return rows[0]?.id ?? null;
 }
 
-/** Jobs per (tenant, queue, state): unfinished ones now, finished ones since `since`. */
+/**
+ * Jobs per (tenant, queue, state) and per (task, state): unfinished ones now, finished
+ * ones since `since`. A row of the second kind has `by_task` set and no tenant or queue.
+ */
 export interface GroupCount {
-  tenant: string;
-  queue: string;
+  tenant: string | null;
+  queue: string | null;
+  task: string | null;
+  by_task: boolean;
   state: string;
   n: number;
   /** For `available`: how long the oldest one has waited, in ms. */
@@ -69,14 +74,15 @@ export interface GroupCount {
 
 export async function countJobs(db: Queryable, schema: string, since: Date): Promise<GroupCount[]> {
   const s = ident(schema);
+  // grouping sets: both breakdowns from one scan of each table
   const { rows } = await db.query<GroupCount>(
-    `SELECT tenant, queue, state::text AS state, count(*)::integer AS n,
+    `SELECT tenant, queue, task, GROUPING(task) = 0 AS by_task, state::text AS state, count(*)::integer AS n,
             CASE WHEN state = 'available'
                  THEN greatest(0, extract(epoch FROM now() - min(run_at)) * 1000)::float8 END AS oldest_ms
-     FROM ${s}.jobs GROUP BY tenant, queue, state
+     FROM ${s}.jobs GROUP BY GROUPING SETS ((tenant, queue, state), (task, state))
      UNION ALL
-     SELECT tenant, queue, state::text, count(*)::integer, NULL
-     FROM ${s}.job_history WHERE finished_at >= $1 GROUP BY tenant, queue, state`,
+     SELECT tenant, queue, task, GROUPING(task) = 0, state::text, count(*)::integer, NULL
+     FROM ${s}.job_history WHERE finished_at >= $1 GROUP BY GROUPING SETS ((tenant, queue, state), (task, state))`,
     [since],
   );
   return rows;

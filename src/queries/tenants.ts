@@ -18,11 +18,20 @@ export interface TenantRow {
   scheduled: number;
   retrying: number;
   oldest_waiting_ms: number | null;
+  /** Available jobs in paused queues. */
+  available_paused_queues: number;
+  /** Starts left in the current rate window; null without a rate limit. */
+  rate_left: number | null;
+  /** When the current rate window ends; null without a rate limit. */
+  rate_resets_at: Date | null;
+  /** The earliest run time of its scheduled and retrying jobs. */
+  next_run_at: Date | null;
 }
 
 /**
  * Tenants with their settings and counts of unfinished jobs: every tenant that has a row
- * or unfinished jobs, or just `tenant` if given. Counts scan the unfinished jobs.
+ * or unfinished jobs, or just `tenant` if given. Counts scan the unfinished jobs. The starts
+ * left come from rate_left, the function the claim itself uses.
  */
 export async function selectTenants(db: Queryable, schema: string, tenant: string | null): Promise<TenantRow[]> {
   const s = ident(schema);
@@ -33,8 +42,13 @@ export async function selectTenants(db: Queryable, schema: string, tenant: strin
               count(*) FILTER (WHERE state = 'available')::integer AS available,
               count(*) FILTER (WHERE state = 'scheduled')::integer AS scheduled,
               count(*) FILTER (WHERE state = 'failed')::integer AS retrying,
-              greatest(0, extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'available')) * 1000)::bigint
-                AS oldest_waiting_ms
+              -- greatest() skips a null: without the CASE, no waiting job would read as 0 ms
+              CASE WHEN count(*) FILTER (WHERE state = 'available') > 0
+                THEN greatest(0, extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'available')) * 1000)
+                END::bigint AS oldest_waiting_ms,
+              count(*) FILTER (WHERE state = 'available'
+                AND queue IN (SELECT queue FROM ${s}.paused_queues))::integer AS available_paused_queues,
+              min(run_at) FILTER (WHERE state IN ('scheduled', 'failed')) AS next_run_at
        FROM ${s}.jobs WHERE $1::text IS NULL OR tenant = $1 GROUP BY tenant)
      SELECT coalesce(t.tenant, n.tenant) AS tenant, t.slots AS own_slots,
             coalesce(t.slots, c.default_slots) AS slots, t.per_key, coalesce(t.paused, false) AS paused,
@@ -43,7 +57,14 @@ export async function selectTenants(db: Queryable, schema: string, tenant: strin
             nullif(${s}.served_at(t.tenant), '-infinity') AS last_served_at,
             coalesce(n.running, 0) AS running, coalesce(n.available, 0) AS available,
             coalesce(n.scheduled, 0) AS scheduled, coalesce(n.retrying, 0) AS retrying,
-            n.oldest_waiting_ms::float8 AS oldest_waiting_ms
+            n.oldest_waiting_ms::float8 AS oldest_waiting_ms,
+            coalesce(n.available_paused_queues, 0) AS available_paused_queues,
+            CASE WHEN t.rate_limit IS NOT NULL
+              THEN (SELECT ${s}.rate_left(r, now()) FROM ${s}.tenants r WHERE r.tenant = t.tenant) END AS rate_left,
+            CASE WHEN t.rate_limit IS NOT NULL
+              THEN to_timestamp((${s}.rate_window(t.rate_per_ms, now()) + 1) * t.rate_per_ms / 1000.0) END
+              AS rate_resets_at,
+            n.next_run_at
      FROM (SELECT * FROM ${s}.tenants WHERE $1::text IS NULL OR tenant = $1) t
      FULL JOIN counts n ON n.tenant = t.tenant
      CROSS JOIN ${s}.config c

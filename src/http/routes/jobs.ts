@@ -179,6 +179,8 @@ export function jobEndpoints(api: Api): Endpoint[] {
           tenant: scopedTenant(c.get('principal'), query.tenant, 'query.tenant') ?? null,
           queue: query.queue ?? null,
           task: query.task ?? null,
+          createdFrom: query.from ?? null,
+          createdTo: query.to ?? null,
           before: query.cursor ?? null,
           limit: query.limit ?? 50,
         });
