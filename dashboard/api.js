@@ -87,3 +87,32 @@ export async function api(path, { method = 'GET', body } = {}) {
   if (!response.ok) throw new ApiError(response.status, data);
   return data;
 }
+
+/**
+ * Follows the server's event stream (`GET api/events`: jobs finishing, progress) and calls
+ * `onEvent` with each event's name. Read with fetch, not EventSource, which cannot send the
+ * token. Resolves when the stream ends or `signal` aborts it; rejects if it cannot open.
+ * @param {(event: string) => void} onEvent
+ * @param {AbortSignal} signal
+ * @returns {Promise<void>}
+ */
+export async function follow(onEvent, signal) {
+  /** @type {Record<string, string>} */
+  const headers = { accept: 'text/event-stream' };
+  const t = token.get();
+  if (t) headers.authorization = `Bearer ${t}`;
+  const response = await fetch('api/events', { headers, signal });
+  if (!response.ok || !response.body) throw new ApiError(response.status, await response.text());
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let text = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    text += value;
+    for (let end = text.indexOf('\n\n'); end >= 0; end = text.indexOf('\n\n')) {
+      const event = /^event: (.*)$/m.exec(text.slice(0, end))?.[1];
+      text = text.slice(end + 2);
+      if (event) onEvent(event);
+    }
+  }
+}

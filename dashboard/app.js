@@ -1,5 +1,5 @@
 // @ts-check
-import { ApiError, api, token, UnreachableError } from './api.js';
+import { ApiError, api, follow, token, UnreachableError } from './api.js';
 import { clock, h } from './dom.js';
 import { job } from './job.js';
 import { jobs } from './jobs.js';
@@ -11,8 +11,9 @@ import { workers } from './workers.js';
 
 /** @import { Context, View, Whoami } from './types.js' */
 
-// Live updates by polling: every 2 s (`?refresh=500` in the page's address to change it),
-// paused while the tab is hidden.
+// Live updates: the page redraws as the server's event stream announces jobs finishing or
+// making progress, and polls every 2 s for the rest (`?refresh=500` in the page's address
+// to change it), paused while the tab is hidden.
 const REFRESH_MS = Math.max(200, Number(new URLSearchParams(location.search).get('refresh')) || 2000);
 
 /** @type {[name: string, label: string, view: (context: Context) => View, access: 'admin' | 'any'][]} */
@@ -89,6 +90,8 @@ function fail(error) {
 /** @param {string} message why it is asked again, if it is */
 function signIn(message) {
   clearTimeout(retryStart);
+  streaming?.abort();
+  streaming = null;
   token.clear();
   current = null;
   who = null;
@@ -204,6 +207,28 @@ async function start() {
     ...allowedSections(who).map(([name, label]) => h('a', { href: `#/${name}`, dataset: { section: name } }, label)),
   );
   show();
+  stream();
+}
+
+/** @type {AbortController | null} */
+let streaming = null;
+let soon = 0;
+
+/** Follows the event stream while signed in: each event redraws the page (at most every 100 ms). */
+function stream() {
+  streaming?.abort();
+  const controller = new AbortController();
+  streaming = controller;
+  follow((event) => {
+    if (event === 'ready' || document.hidden) return;
+    clearTimeout(soon);
+    soon = window.setTimeout(tick, 100);
+  }, controller.signal)
+    .catch(() => {})
+    // ended or failed (server gone, token revoked): polling goes on; try again in a while
+    .finally(() => {
+      if (streaming === controller && !controller.signal.aborted) window.setTimeout(stream, Math.max(REFRESH_MS, 2000));
+    });
 }
 
 byId('signout').addEventListener('click', () => signIn(''));

@@ -437,6 +437,36 @@ describe('dashboard', () => {
     expect(pageErrors).toEqual([]);
   });
 
+  it('live from the event stream: a job page shows the progress and the end of its job without waiting for a poll', async () => {
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const worker = db.worker({
+      queues: ['live'],
+      heartbeatMs: 50,
+      tasks: {
+        report: async (_p: unknown, ctx) => {
+          ctx.progress({ done: 3, of: 4 });
+          await released;
+          return { pages: 4 };
+        },
+      },
+    });
+    const { id } = await db.tusk.enqueue('report', null, { queue: 'live' });
+    // polls a minute apart: only the stream can bring the changes within the test's bounds
+    await page.goto(`${listening.url}/?refresh=60000#/jobs/${id}`);
+    await page.getByRole('heading', { name: `Job ${id}` }).waitFor();
+    const state = () => page.locator('.page-head [data-state]').getAttribute('data-state');
+    expect(await state()).toBe('available');
+    await worker.start();
+    await expect.poll(() => page.locator('main').textContent(), { timeout: 10_000 }).toContain('"of": 4');
+    release();
+    await expect.poll(state, { timeout: 10_000 }).toBe('succeeded');
+    await worker.stop();
+    expect(pageErrors).toEqual([]);
+  });
+
   it('a job that does not exist: the page says so, what may have happened and where to go; updates stay on', async () => {
     for (const id of ['987654321', 'abc']) {
       await page.goto(`${listening.url}/?refresh=250#/jobs/${id}`);
