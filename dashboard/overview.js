@@ -67,7 +67,14 @@ const zoneNote = () => h('span', { class: 'zone', title: ZONE }, ` · times in $
 /** @type {Range} */
 const HOUR = ['1 hour', 60, 60];
 /** @type {Range[]} */
-const RANGES = [['15 min', 15, 15], HOUR, ['6 hours', 360, 300]];
+const RANGES = [
+  ['15 min', 15, 15],
+  HOUR,
+  ['6 hours', 360, 300],
+  ['24 hours', 1440, 1200],
+  // a week of history (the API goes to 30 days)
+  ['7 days', 10_080, 7200],
+];
 
 /** Counts of a queue with no jobs in the window (a paused queue is listed all the same). */
 const NO_COUNTS = /** @type {Counts} */ (Object.fromEntries(STATES.map((s) => [s, 0])));

@@ -245,6 +245,15 @@ describe('HTTP API', () => {
     expectInvalid(await call('POST', '/api/jobs/retry', { body: { state: 'succeeded' } }), 'body.state');
     expectInvalid(await call('GET', '/api/stats?windowMs=-5'), 'query.windowMs');
     expectInvalid(await call('GET', '/api/timeseries?minutes=1440&bucketSeconds=10'), 'query.bucketSeconds');
+    expectInvalid(await call('GET', '/api/timeseries?minutes=43201'), 'query.minutes');
+    // the dashboard's longest range: a week in 2-hour buckets
+    const week = expectReply(
+      await call('GET', '/api/timeseries?minutes=10080&bucketSeconds=7200'),
+      200,
+      timeseriesSchema,
+    );
+    expect(week.buckets.length).toBeGreaterThanOrEqual(84);
+    expect(week.buckets.length).toBeLessThanOrEqual(85);
     expect((await call('GET', '/api/nothing')).status).toBe(404);
   });
 

@@ -216,8 +216,8 @@ export const jobQuery = z.strictObject({
 });
 
 export const timeseriesQuery = z.strictObject({
-  minutes: intParam(1, 1440).optional().meta({ description: 'window (default 60)' }),
-  bucketSeconds: intParam(10, 3600).optional().meta({ description: 'bucket size (default 60)' }),
+  minutes: intParam(1, 43_200).optional().meta({ description: 'window, up to 30 days (default 60)' }),
+  bucketSeconds: intParam(10, 86_400).optional().meta({ description: 'bucket size (default 60)' }),
   tenant: nameSchema(128).optional(),
   queue: nameSchema(128).optional(),
 });
