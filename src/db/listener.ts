@@ -10,9 +10,19 @@ export interface ListenerOptions {
   onNotification(channel: string, payload: string): void;
   /** Runs on every (re)connection, after LISTEN: e.g. register the worker and take its lock. */
   onConnect?(client: pg.Client): Promise<void>;
+  /**
+   * Runs once a (re)connection is up (`connected` is true, onConnect has run): wake here
+   * what waited for the database. Code woken in onConnect still sees `connected` false.
+   */
+  onReady?(): void;
   /** Called when the connection is lost (before reconnecting). */
   onDisconnect(): void;
 }
+
+/** Reconnect attempts start this far apart and double up to MAX_RETRY_MS. */
+const FIRST_RETRY_MS = 100;
+/** A restarted server is found within this long of accepting connections. */
+const MAX_RETRY_MS = 1000;
 
 /**
  * A dedicated connection that LISTENs and holds a session lock (a worker's id, the
@@ -24,7 +34,7 @@ export class Listener {
   #client: pg.Client | null = null;
   #connected = false;
   #stopped = false;
-  #retryMs = 100;
+  #retryMs = FIRST_RETRY_MS;
   #timer: NodeJS.Timeout | null = null;
 
   constructor(options: ListenerOptions) {
@@ -62,7 +72,8 @@ export class Listener {
       throw error;
     }
     this.#connected = true;
-    this.#retryMs = 100;
+    this.#retryMs = FIRST_RETRY_MS;
+    this.#options.onReady?.();
   }
 
   #lost(client: pg.Client, error: Error | null): void {
@@ -91,8 +102,7 @@ export class Listener {
         this.#options.log.info({}, `${this.#options.label} reconnected to the database`);
       } catch (error) {
         this.#options.log.debug({ err: error }, 'reconnect failed');
-        // at most 1 s apart: a restarted server is found within a second of accepting connections
-        this.#retryMs = Math.min(this.#retryMs * 2, 1000);
+        this.#retryMs = Math.min(this.#retryMs * 2, MAX_RETRY_MS);
         this.#scheduleReconnect();
       }
     }, this.#retryMs);

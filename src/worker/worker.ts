@@ -114,6 +114,10 @@ export class Worker {
   #leasesCheckedAt = 0;
   /** When the listening connection (which holds the worker's lock) was last lost. */
   #disconnectedAt = Number.NEGATIVE_INFINITY;
+  /** Times the listening connection came back: a failure before the last one is stale. */
+  #reconnects = 0;
+  /** Outcome writes waiting to retry: the connection's return cuts their wait short. */
+  readonly #retryWaiters = new Set<() => void>();
   #settledWaiters: Array<() => void> = [];
   readonly #finishers: Record<Exclude<FinalState, 'expired'>, Batcher<string>>;
   readonly #requeuer: Batcher<string>;
@@ -172,10 +176,8 @@ export class Worker {
         channels: [names.jobs, names.cancel],
         log: this.#host.log,
         onNotification: (channel, payload) => (channel === names.cancel ? this.#cancelled(payload) : this.#notified()),
-        onConnect: async (client) => {
-          await this.#register(client);
-          this.#wakeUp();
-        },
+        onConnect: (client) => this.#register(client),
+        onReady: () => this.#reconnected(),
         // the worker may look dead meanwhile and its jobs be handed to others: buffered
         // jobs wait for a heartbeat on the new connection before they start
         onDisconnect: () => {
@@ -279,6 +281,7 @@ export class Worker {
     let failures = 0;
     let notificationsBefore = 0;
     let claimSentAt = 0;
+    let failedAt = 0;
     while (this.#state === 'running') {
       const want = this.#want();
       if (want === 0 || this.#id === null || !this.#listener?.connected) {
@@ -301,6 +304,9 @@ export class Worker {
         }
         failures = 0;
       } catch (error) {
+        // the failures before a reconnect say nothing of the new connection
+        if (failedAt !== this.#reconnects) failures = 0;
+        failedAt = this.#reconnects;
         failures++;
         if (failures === 1 || failures % 20 === 0) {
           this.#host.log.warn({ err: error, failures }, 'claiming jobs failed; retrying');
@@ -601,12 +607,39 @@ export class Worker {
           return null;
         }
         if (attempt === 1) this.#host.log.warn({ err: error }, `${what} failed; retrying`);
-        await new Promise((r) => setTimeout(r, Math.min(2000, 25 * 2 ** attempt)));
+        await this.#pause(Math.min(2000, 25 * 2 ** attempt));
       }
     }
   }
 
+  /** Waits `ms`, or until the listening connection is back if that comes first. */
+  #pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.#retryWaiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.#retryWaiters.add(done);
+    });
+  }
+
   // ---- liveness ----------------------------------------------------------------------
+
+  /**
+   * The listening connection is up again and the worker registered on it: what waited
+   * for the database goes on at once. The claim loops wake (jobs enqueued meanwhile were
+   * announced to nobody), outcome writes retry, and a heartbeat confirms the leases of the
+   * jobs held through the break (buffered ones start only after it).
+   */
+  #reconnected(): void {
+    if (this.#state !== 'running') return;
+    this.#reconnects++;
+    for (const wake of [...this.#retryWaiters]) wake();
+    void this.#once('heartbeat', () => this.#heartbeat());
+    this.#wakeUp();
+  }
 
   #every(ms: number, what: string, fn: () => Promise<void>): void {
     this.#timers.push(setInterval(() => void this.#once(what, fn), ms));
