@@ -70,6 +70,13 @@ type Outcome = { ok: true; result: string } | { ok: false; error: unknown; final
 /** 'auto' prefetch buffers about this much work (ms of handler time per slot). */
 const PREFETCH_WINDOW_MS = 25;
 const MAX_AUTO_PREFETCH = 2000;
+/**
+ * Failed claims are retried at most this far apart, as often as an idle worker polls by
+ * default: waiting longer spares the database nothing and left the worker idle for up to
+ * 5 s after its claims worked again (claims can fail while the listening connection stays
+ * up, so no reconnect wakes the loop).
+ */
+const CLAIM_RETRY_MAX_MS = 1000;
 
 /**
  * Runs jobs: claims them in batches (fairly across tenants), runs their handlers with
@@ -311,7 +318,7 @@ export class Worker {
         if (failures === 1 || failures % 20 === 0) {
           this.#host.log.warn({ err: error, failures }, 'claiming jobs failed; retrying');
         }
-        await this.#sleep(Math.min(5000, 50 * 2 ** failures));
+        await this.#sleep(Math.min(CLAIM_RETRY_MAX_MS, 50 * 2 ** failures));
         continue;
       }
       this.counters.claimed += rows.length;
