@@ -10,15 +10,16 @@ const pool = new pg.Pool({
 });
 // a connection dropped under us (server restart) must not crash the process
 pool.on('error', () => {});
-const table = `"${process.env.TUSK_SCHEMA}".chaos_executions`;
+const schema = `"${process.env.TUSK_SCHEMA}"`;
 
 export const tasks = {
   async work(payload, ctx) {
-    await pool.query(`INSERT INTO ${table} (job_id, attempt, pid) VALUES ($1, $2, $3)`, [
-      ctx.job.id,
-      ctx.job.attempt,
-      process.pid,
-    ]);
+    // with the claim's time of this attempt: the restart check times the first claims after it
+    await pool.query(
+      `INSERT INTO ${schema}.chaos_executions (job_id, attempt, pid, claimed_at)
+       SELECT $1, $2, $3, (SELECT started_at FROM ${schema}.jobs WHERE id = $1)`,
+      [ctx.job.id, ctx.job.attempt, process.pid],
+    );
     await new Promise((resolve) => setTimeout(resolve, payload.ms));
     return { pid: process.pid };
   },
