@@ -326,7 +326,7 @@ export class Worker {
       // the lease runs from the claim's start on the server, so after claimSentAt here
       const leaseUntil = claimSentAt + this.#opts.leaseMs - this.#opts.leaseMarginMs;
       this.#supersede(rows);
-      for (const row of rows) this.#buffer.push(new ActiveJob(row, claimedAt, leaseUntil));
+      for (const row of rows) this.#buffer.push(new ActiveJob(row, claimSentAt, claimedAt, leaseUntil));
       this.#pump();
       if (rows.length > 0) {
         // jobs were there: an empty claim next is probably a tenant row locked by another
@@ -450,7 +450,9 @@ export class Worker {
         this.counters.lost++;
         continue;
       }
-      const checkedAt = Math.max(next.claimedAt, this.#leasesCheckedAt);
+      // from when the claim was sent: a claim answered after the listening connection was
+      // lost may hold jobs already reaped as that dead worker's, so they wait for a heartbeat
+      const checkedAt = Math.max(next.claimSentAt, this.#leasesCheckedAt);
       if (performance.now() - checkedAt > this.#opts.leaseMs / 2 || checkedAt < this.#disconnectedAt) {
         void this.#once('heartbeat', () => this.#heartbeat());
         return;
