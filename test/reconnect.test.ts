@@ -43,6 +43,63 @@ describe('a worker cut off from the database', () => {
     await worker.stop();
   });
 
+  it('does not start the jobs of a claim answered after its listening connection was lost: they may be handed back already', async () => {
+    const runs: number[] = [];
+    const worker = db.worker(
+      { queues: ['late'], tasks: { late: (_p, ctx) => void runs.push(ctx.job.attempt) } },
+      cutOff,
+    );
+    await worker.start();
+    // the worker's claim waits for this lock (its tenants insert) while the test sets up
+    const blocker = await db.pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(`LOCK TABLE "${db.schema}".tenants IN EXCLUSIVE MODE`);
+      const job = await db.tusk.enqueue('late', {}, { queue: 'late' });
+      await eventually(
+        async () =>
+          (
+            await db.rows(
+              `SELECT 1 FROM pg_stat_activity
+               WHERE query LIKE '%claim_jobs%' AND wait_event_type = 'Lock' AND client_port = ANY($1)`,
+              [gate.ports()],
+            )
+          ).length > 0,
+      );
+      // what the server says is held back; the worker cannot reconnect meanwhile
+      gate.hold();
+      gate.refuse();
+      const [listener] = await db.rows<{ pid: number; port: number }>(
+        `SELECT pid, client_port AS port FROM pg_stat_activity
+         WHERE query LIKE '%register_worker%' AND client_port = ANY($1)`,
+        [gate.ports()],
+      );
+      await db.pool.query('SELECT pg_terminate_backend($1)', [listener?.pid]);
+      // the claim goes through for a worker whose session is gone: the upkeep of another
+      // process hands the job back
+      await blocker.query('COMMIT');
+      await eventually(async () => (await state(job.id)) === 'running');
+      await eventually(async () => {
+        await db.tusk.upkeep().runOnce();
+        return (await state(job.id)) === 'available';
+      });
+      // the worker learns of the loss first, then reads the claim's answer
+      gate.release(listener?.port);
+      await sleep(200);
+      gate.release();
+      gate.restore();
+      await eventually(async () => (await state(job.id)) === 'succeeded', 20_000);
+      // before, attempt 1 ran too: started from the late answer although handed back
+      expect(runs).toEqual([2]);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+      gate.release();
+      gate.restore();
+    }
+    await worker.stop();
+  });
+
   it('finishes the job it was running through the break: the same attempt, its outcome written after', async () => {
     let started = 0;
     const worker = db.worker(
