@@ -8,6 +8,7 @@ import { type EmbeddedServer, startEmbedded } from '../src/db/embedded.js';
 import { dropSchema } from '../src/migrate/migrate.js';
 import { Tusk } from '../src/tusk.js';
 import { Fleet, slotName, type WorkerProcess } from './fleet.js';
+import { acceptedAt, allRegistered, RECONNECT_WATCH_MS, type Return, returnChecks, watchReturns } from './reconnect.js';
 
 export interface ChaosOptions {
   jobs: number;
@@ -70,36 +71,6 @@ export const QUICK: ChaosOptions = {
   schema: 'chaos_quick',
 };
 
-/** After the restart, how long no worker is killed (they must come back by themselves). */
-const RECONNECT_WATCH_MS = 8000;
-/** Every worker must have registered again this soon after the server accepts connections. */
-const RECONNECT_GOAL_MS = 2000;
-
-/**
- * Polls the server after a restart for each worker's listening connection: the one whose
- * last statement registered the worker. Its time after `upAt`, or null if not seen within
- * RECONNECT_WATCH_MS.
- */
-async function watchReconnects(
-  q: (sql: string, values?: unknown[]) => Promise<pg.QueryResult>,
-  workers: WorkerProcess[],
-  upAt: number,
-): Promise<Map<number, number | null>> {
-  const seen = new Map<number, number | null>(workers.map((w) => [w.pid, null]));
-  while (Date.now() - upAt < RECONNECT_WATCH_MS && [...seen.values()].some((v) => v === null)) {
-    const { rows } = await q(
-      `SELECT DISTINCT application_name AS name FROM pg_stat_activity
-       WHERE application_name LIKE 'chaos-w%' AND query LIKE '%register_worker%'`,
-    ).catch(() => ({ rows: [] as Array<{ name: string }> }));
-    const names = new Set(rows.map((r: { name: string }) => r.name));
-    for (const w of workers) {
-      if (seen.get(w.pid) === null && names.has(slotName(w.slot))) seen.set(w.pid, Date.now() - upAt);
-    }
-    await sleep(25);
-  }
-  return seen;
-}
-
 /** Slots of tenant i: 2, 3, 4, 5, 2, 3, ... */
 const slotsOf = (i: number) => 2 + (i % 4);
 
@@ -123,8 +94,9 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
   const faults: Fault[] = [];
   const slots = new Map(Array.from({ length: o.tenants }, (_, i) => [`t${i}`, slotsOf(i)]));
   const sampler = { samples: 0, violations: [] as string[], maxRunning: new Map<string, number>() };
-  /** After the restart: when each worker's listening connection registered again (ms after the server was up). */
-  let reconnects: Promise<Map<number, number | null>> | null = null;
+  /** After the restart: when each worker was back at work (ms after the server accepted connections). */
+  let returns: Promise<Return[]> | null = null;
+  let watching = false;
   try {
     say('chaos · setting up');
     await dropSchema(observer, o.schema);
@@ -136,6 +108,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     let left = o.jobs;
     let nextKill = Date.now() + o.killEveryMs * (0.5 + Math.random());
     let spared: WorkerProcess | null = null;
+    let restartWait: number | null = null;
     const deadline = Date.now() + o.timeoutMs;
     while (left > 0) {
       if (Date.now() > deadline) throw new Error(`chaos: ${left} jobs still unfinished after ${o.timeoutMs} ms`);
@@ -145,7 +118,9 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
       say(
         `chaos · ${(o.jobs - left).toLocaleString('en')} / ${o.jobs.toLocaleString('en')} done · ${faults.length} faults`,
       );
-      if (Date.now() >= nextKill && left > 0) {
+      // no kills while the restart waits for every worker to be registered
+      const restartDue = done >= 0.5 && !faults.some((f) => f.type === 'restart');
+      if (Date.now() >= nextKill && left > 0 && !restartDue) {
         // spared: the frozen worker until it has woken and reported, so its refused outcomes show
         const victim = pick([...fleet.live.values()].filter((w) => w !== spared));
         if (victim) {
@@ -177,15 +152,31 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
           });
         }
       }
-      if (done >= 0.5 && !faults.some((f) => f.type === 'restart')) {
+      // every worker registered first (or 10 s on): the check times their return, not a start-up
+      restartWait ??= restartDue ? Date.now() : null;
+      if (
+        restartDue &&
+        ((await allRegistered(q, [...fleet.live.values()])) || Date.now() > (restartWait ?? 0) + 10_000)
+      ) {
         const at = Date.now();
         await server.restart('immediate');
-        faults.push({ type: 'restart', at, pid: null, detail: `pg_ctl restart -m immediate (${Date.now() - at} ms)` });
-        reconnects = watchReconnects(q, [...fleet.live.values()], Date.now());
+        const returned = Date.now();
+        const upAt = await acceptedAt(server, q, at).catch(() => returned);
+        faults.push({
+          type: 'restart',
+          at,
+          pid: null,
+          detail: `pg_ctl restart -m immediate (${returned - at} ms; accepting connections after ${Math.round(upAt - at)} ms)`,
+        });
+        watching = true;
+        returns = watchReturns(q, [...fleet.live.values()], upAt).finally(() => {
+          watching = false;
+        });
         // no kills for a while: the workers must be seen coming back by themselves
         nextKill = Date.now() + RECONNECT_WATCH_MS;
       }
-      if (done >= 0.7 && !faults.some((f) => f.type === 'stop')) {
+      // not while the workers are being watched coming back: a frozen one would not be
+      if (done >= 0.7 && !watching && !faults.some((f) => f.type === 'stop')) {
         const frozen = await busiest(q, fleet).catch(() => pick([...fleet.live.values()]));
         if (frozen) {
           spared = frozen;
@@ -205,7 +196,7 @@ export async function runChaos(o: ChaosOptions): Promise<ChaosReport> {
     await sleep(Math.max(0, (faults.find((f) => f.type === 'stop')?.at ?? 0) + o.stopMs + 1500 - Date.now()));
     const exitCodes = await fleet.stopAll();
     say('chaos · checking');
-    return await check(o, q, fleet, faults, sampler, exitCodes, started, reconnects);
+    return await check(o, q, fleet, faults, sampler, exitCodes, started, returns);
   } finally {
     await fleet.stopAll(5000).catch(() => {});
     await dropSchema(observer, o.schema).catch(() => {});
@@ -222,7 +213,7 @@ async function setUp(server: EmbeddedServer, o: ChaosOptions, slots: Map<string,
     await pool.query(
       `CREATE TABLE "${o.schema}".chaos_executions (
          job_id bigint NOT NULL, attempt integer NOT NULL, pid integer NOT NULL,
-         at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+         at timestamptz NOT NULL DEFAULT clock_timestamp(), claimed_at timestamptz)`,
     );
     for (const [tenant, n] of slots) await tusk.tenants.set(tenant, { slots: n });
     const [min, max] = o.jobMs;
@@ -281,7 +272,7 @@ async function check(
   sampler: { samples: number; violations: string[]; maxRunning: Map<string, number> },
   exitCodes: Array<number | null>,
   started: number,
-  reconnects: Promise<Map<number, number | null>> | null,
+  returns: Promise<Return[]> | null,
 ): Promise<ChaosReport> {
   const checks: ChaosReport['checks'] = [];
   const failures: string[] = [];
@@ -371,22 +362,11 @@ async function check(
   expect('running jobs left at the end', running, '0', running === 0);
 
   const restart = faults.find((f) => f.type === 'restart');
-  if (restart && reconnects) {
-    // every worker alive through the restart registered again by itself, soon after the
-    // server was up (its listening connection: LISTEN, then register_worker)
-    const back = await reconnects;
-    const through = [...back].filter(([pid]) => {
-      const w = [...fleet.all.values()].find((x) => x.pid === pid);
-      return w && (w.exitedAt === null || w.exitedAt > restart.at + RECONNECT_WATCH_MS);
-    });
-    const times = through.map(([, ms]) => ms).filter((ms): ms is number => ms !== null);
-    const latest = times.length ? Math.max(...times) : null;
-    expect(
-      `workers registered again after the restart, by themselves (within ${RECONNECT_GOAL_MS} ms of the server up)`,
-      `${times.length} / ${through.length}${latest !== null ? ` (latest after ${Math.round(latest)} ms)` : ''}`,
-      'all',
-      times.length === through.length && (latest ?? 0) <= RECONNECT_GOAL_MS,
-    );
+  if (restart && returns) {
+    // every worker alive through the restart came back by itself, soon after the server
+    // accepted connections: registered again, and claiming
+    for (const [name, value, expected, ok] of returnChecks(await returns, restart.at))
+      expect(name, value, expected, ok);
   }
   const stop = faults.find((f) => f.type === 'stop');
   if (stop) {

@@ -10,15 +10,20 @@ const pool = new pg.Pool({
 });
 // a connection dropped under us (server restart) must not crash the process
 pool.on('error', () => {});
-const table = `"${process.env.TUSK_SCHEMA}".chaos_executions`;
+const schema = `"${process.env.TUSK_SCHEMA}"`;
 
 export const tasks = {
   async work(payload, ctx) {
-    await pool.query(`INSERT INTO ${table} (job_id, attempt, pid) VALUES ($1, $2, $3)`, [
-      ctx.job.id,
-      ctx.job.attempt,
-      process.pid,
-    ]);
+    // dated from the handler's start, not the insert's: the insert can wait for one of the
+    // pool's 4 connections, and a process frozen meanwhile (SIGSTOP) wrote it 6 s later,
+    // after the job's next attempt. With the claim's time of this attempt: the restart
+    // check times the first claims after it.
+    const at = Date.now();
+    await pool.query(
+      `INSERT INTO ${schema}.chaos_executions (job_id, attempt, pid, at, claimed_at)
+       SELECT $1, $2, $3, to_timestamp($4::float8 / 1000), (SELECT started_at FROM ${schema}.jobs WHERE id = $1)`,
+      [ctx.job.id, ctx.job.attempt, process.pid, at],
+    );
     await new Promise((resolve) => setTimeout(resolve, payload.ms));
     return { pid: process.pid };
   },

@@ -10,9 +10,24 @@ export interface ListenerOptions {
   onNotification(channel: string, payload: string): void;
   /** Runs on every (re)connection, after LISTEN: e.g. register the worker and take its lock. */
   onConnect?(client: pg.Client): Promise<void>;
+  /**
+   * Runs once a (re)connection is up (`connected` is true, onConnect has run): wake here
+   * what waited for the database. Code woken in onConnect still sees `connected` false.
+   */
+  onReady?(): void;
   /** Called when the connection is lost (before reconnecting). */
   onDisconnect(): void;
 }
+
+/** Reconnect attempts start this far apart and double up to MAX_RETRY_MS. */
+const FIRST_RETRY_MS = 100;
+/**
+ * A restarted server is found within this long of accepting connections. At 1 s, workers
+ * registered up to a second late (750–780 ms after a 1.8 s restart in the quick chaos).
+ * A failed attempt costs a refused connection or a "starting up" reply: 4 a second is
+ * as cheap as the upkeep's own attempts meanwhile.
+ */
+const MAX_RETRY_MS = 250;
 
 /**
  * A dedicated connection that LISTENs and holds a session lock (a worker's id, the
@@ -24,7 +39,7 @@ export class Listener {
   #client: pg.Client | null = null;
   #connected = false;
   #stopped = false;
-  #retryMs = 100;
+  #retryMs = FIRST_RETRY_MS;
   #timer: NodeJS.Timeout | null = null;
 
   constructor(options: ListenerOptions) {
@@ -62,7 +77,8 @@ export class Listener {
       throw error;
     }
     this.#connected = true;
-    this.#retryMs = 100;
+    this.#retryMs = FIRST_RETRY_MS;
+    this.#options.onReady?.();
   }
 
   #lost(client: pg.Client, error: Error | null): void {
@@ -91,8 +107,7 @@ export class Listener {
         this.#options.log.info({}, `${this.#options.label} reconnected to the database`);
       } catch (error) {
         this.#options.log.debug({ err: error }, 'reconnect failed');
-        // at most 1 s apart: a restarted server is found within a second of accepting connections
-        this.#retryMs = Math.min(this.#retryMs * 2, 1000);
+        this.#retryMs = Math.min(this.#retryMs * 2, MAX_RETRY_MS);
         this.#scheduleReconnect();
       }
     }, this.#retryMs);

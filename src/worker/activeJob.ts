@@ -19,6 +19,11 @@ export class ActiveJob {
   readonly row: ClaimedRow;
   /** performance.now() when claimed, and when its handler started. */
   readonly claimedAt: number;
+  /**
+   * performance.now() when its claim was sent: the claim's rows are as of a moment after
+   * it, and before claimedAt (a connection lost meanwhile may have lost them already).
+   */
+  readonly claimSentAt: number;
   startedAt = 0;
   stats: Record<string, unknown> | null = null;
   /** The latest ctx.progress() as JSON, and whether it is not written yet. */
@@ -36,8 +41,9 @@ export class ActiveJob {
   #controller: AbortController | null = null;
   #reject: ((reason: unknown) => void) | null = null;
 
-  constructor(row: ClaimedRow, claimedAt: number, leaseUntil: number) {
+  constructor(row: ClaimedRow, claimSentAt: number, claimedAt: number, leaseUntil: number) {
     this.row = row;
+    this.claimSentAt = claimSentAt;
     this.claimedAt = claimedAt;
     this.leaseUntil = leaseUntil;
   }

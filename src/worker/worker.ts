@@ -75,6 +75,13 @@ type Outcome = { ok: true; result: string } | { ok: false; error: unknown; final
 /** 'auto' prefetch buffers about this much work (ms of handler time per slot). */
 const PREFETCH_WINDOW_MS = 25;
 const MAX_AUTO_PREFETCH = 2000;
+/**
+ * Failed claims are retried at most this far apart, as often as an idle worker polls by
+ * default: waiting longer spares the database nothing and left the worker idle for up to
+ * 5 s after its claims worked again (claims can fail while the listening connection stays
+ * up, so no reconnect wakes the loop).
+ */
+const CLAIM_RETRY_MAX_MS = 1000;
 
 /**
  * Runs jobs: claims them in batches (fairly across tenants), runs their handlers with
@@ -119,6 +126,10 @@ export class Worker {
   #leasesCheckedAt = 0;
   /** When the listening connection (which holds the worker's lock) was last lost. */
   #disconnectedAt = Number.NEGATIVE_INFINITY;
+  /** Times the listening connection came back: a failure before the last one is stale. */
+  #reconnects = 0;
+  /** Outcome writes waiting to retry: the connection's return cuts their wait short. */
+  readonly #retryWaiters = new Set<() => void>();
   #settledWaiters: Array<() => void> = [];
   readonly #finishers: Record<Exclude<FinalState, 'expired'>, Batcher<string>>;
   readonly #requeuer: Batcher<string>;
@@ -178,10 +189,8 @@ export class Worker {
         channels: [names.jobs, names.cancel],
         log: this.#host.log,
         onNotification: (channel, payload) => (channel === names.cancel ? this.#cancelled(payload) : this.#notified()),
-        onConnect: async (client) => {
-          await this.#register(client);
-          this.#wakeUp();
-        },
+        onConnect: (client) => this.#register(client),
+        onReady: () => this.#reconnected(),
         // the worker may look dead meanwhile and its jobs be handed to others: buffered
         // jobs wait for a heartbeat on the new connection before they start
         onDisconnect: () => {
@@ -285,6 +294,7 @@ export class Worker {
     let failures = 0;
     let notificationsBefore = 0;
     let claimSentAt = 0;
+    let failedAt = 0;
     while (this.#state === 'running') {
       const want = this.#want();
       if (want === 0 || this.#id === null || !this.#listener?.connected) {
@@ -307,11 +317,14 @@ export class Worker {
         }
         failures = 0;
       } catch (error) {
+        // the failures before a reconnect say nothing of the new connection
+        if (failedAt !== this.#reconnects) failures = 0;
+        failedAt = this.#reconnects;
         failures++;
         if (failures === 1 || failures % 20 === 0) {
           this.#host.log.warn({ err: error, failures }, 'claiming jobs failed; retrying');
         }
-        await this.#sleep(Math.min(5000, 50 * 2 ** failures));
+        await this.#sleep(Math.min(CLAIM_RETRY_MAX_MS, 50 * 2 ** failures));
         continue;
       }
       this.counters.claimed += rows.length;
@@ -319,7 +332,7 @@ export class Worker {
       // the lease runs from the claim's start on the server, so after claimSentAt here
       const leaseUntil = claimSentAt + this.#opts.leaseMs - this.#opts.leaseMarginMs;
       this.#supersede(rows);
-      for (const row of rows) this.#buffer.push(new ActiveJob(row, claimedAt, leaseUntil));
+      for (const row of rows) this.#buffer.push(new ActiveJob(row, claimSentAt, claimedAt, leaseUntil));
       this.#pump();
       if (rows.length > 0) {
         // jobs were there: an empty claim next is probably a tenant row locked by another
@@ -443,7 +456,9 @@ export class Worker {
         this.counters.lost++;
         continue;
       }
-      const checkedAt = Math.max(next.claimedAt, this.#leasesCheckedAt);
+      // from when the claim was sent: a claim answered after the listening connection was
+      // lost may hold jobs already reaped as that dead worker's, so they wait for a heartbeat
+      const checkedAt = Math.max(next.claimSentAt, this.#leasesCheckedAt);
       if (performance.now() - checkedAt > this.#opts.leaseMs / 2 || checkedAt < this.#disconnectedAt) {
         void this.#once('heartbeat', () => this.#heartbeat());
         return;
@@ -610,12 +625,39 @@ export class Worker {
           return null;
         }
         if (attempt === 1) this.#host.log.warn({ err: error }, `${what} failed; retrying`);
-        await new Promise((r) => setTimeout(r, Math.min(2000, 25 * 2 ** attempt)));
+        await this.#pause(Math.min(2000, 25 * 2 ** attempt));
       }
     }
   }
 
+  /** Waits `ms`, or until the listening connection is back if that comes first. */
+  #pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.#retryWaiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.#retryWaiters.add(done);
+    });
+  }
+
   // ---- liveness ----------------------------------------------------------------------
+
+  /**
+   * The listening connection is up again and the worker registered on it: what waited
+   * for the database goes on at once. The claim loops wake (jobs enqueued meanwhile were
+   * announced to nobody), outcome writes retry, and a heartbeat confirms the leases of the
+   * jobs held through the break (buffered ones start only after it).
+   */
+  #reconnected(): void {
+    if (this.#state !== 'running') return;
+    this.#reconnects++;
+    for (const wake of [...this.#retryWaiters]) wake();
+    void this.#once('heartbeat', () => this.#heartbeat());
+    this.#wakeUp();
+  }
 
   #every(ms: number, what: string, fn: () => Promise<void>): void {
     this.#timers.push(setInterval(() => void this.#once(what, fn), ms));

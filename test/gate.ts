@@ -1,0 +1,118 @@
+import net from 'node:net';
+
+interface Pair {
+  client: net.Socket;
+  server: net.Socket;
+  /** The port the server sees it come from (kept: a closed socket forgets it). */
+  port: number | undefined;
+  /** What the server sent while held, not passed on yet (null: it closed). */
+  held: Array<Buffer | null>;
+}
+
+/**
+ * A TCP proxy in front of PostgreSQL that can cut its clients off as a server restart
+ * does: every connection through it dropped, new ones closed at once, until `restore()`.
+ * It can also hold back what the server sends, and let it through connection by
+ * connection, to order what the clients learn. Only the clients given `url` are hit.
+ */
+export class Gate {
+  readonly #target: URL;
+  readonly #server: net.Server;
+  readonly #pairs = new Set<Pair>();
+  #open = true;
+  #holding = false;
+  /** Connections closed at once while cut: the clients' attempts to come back. */
+  refused = 0;
+
+  private constructor(target: string) {
+    this.#target = new URL(target);
+    this.#server = net.createServer((client) => this.#accept(client));
+  }
+
+  static async open(target: string): Promise<Gate> {
+    const gate = new Gate(target);
+    await new Promise<void>((resolve) => gate.#server.listen(0, '127.0.0.1', resolve));
+    return gate;
+  }
+
+  /** The target's URL, through the gate. */
+  get url(): string {
+    const url = new URL(this.#target);
+    url.hostname = '127.0.0.1';
+    url.port = String((this.#server.address() as net.AddressInfo).port);
+    return url.toString();
+  }
+
+  /** The ports the server sees the gate's connections come from (pg_stat_activity.client_port). */
+  ports(): number[] {
+    return [...this.#pairs].map((p) => p.port).filter((port): port is number => port !== undefined);
+  }
+
+  /** Drops every connection and refuses new ones, until `restore()`. */
+  cut(): void {
+    this.refuse();
+    for (const { client, server } of this.#pairs) {
+      client.destroy();
+      server.destroy();
+    }
+  }
+
+  /** New connections are closed at once (the open ones carry on), until `restore()`. */
+  refuse(): void {
+    this.#open = false;
+  }
+
+  restore(): void {
+    this.#open = true;
+  }
+
+  /** From now on, what the server sends is held back until `release`. */
+  hold(): void {
+    this.#holding = true;
+  }
+
+  /** Passes on what was held: on the connection from `port` only, or on all (and stops holding). */
+  release(port?: number): void {
+    if (port === undefined) this.#holding = false;
+    for (const pair of this.#pairs) {
+      if (port !== undefined && pair.port !== port) continue;
+      for (const chunk of pair.held.splice(0)) {
+        if (chunk) pair.client.write(chunk);
+        else pair.client.destroy();
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    this.cut();
+    await new Promise((resolve) => this.#server.close(resolve));
+  }
+
+  #accept(client: net.Socket): void {
+    if (!this.#open) {
+      this.refused++;
+      client.destroy();
+      return;
+    }
+    const server = net.connect(Number(this.#target.port || 5432), this.#target.hostname);
+    const pair: Pair = { client, server, port: undefined, held: [] };
+    this.#pairs.add(pair);
+    server.on('connect', () => {
+      pair.port = server.localPort;
+    });
+    const pass = (chunk: Buffer | null) => {
+      if (this.#holding || pair.held.length > 0) pair.held.push(chunk);
+      else if (chunk) client.write(chunk);
+      else client.destroy();
+    };
+    client.pipe(server);
+    server.on('data', pass);
+    server.on('close', () => pass(null));
+    server.on('error', () => {});
+    client.on('error', () => server.destroy());
+    client.on('close', () => {
+      this.#pairs.delete(pair);
+      server.destroy();
+    });
+  }
+}

@@ -1,0 +1,130 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Tusk } from '../src/index.js';
+import { Gate } from './gate.js';
+import { eventually, sleep, useTestDb } from './helpers.js';
+
+// A worker whose connections all break at once (a server restart as its clients see it),
+// through a gate in front of the test server: the server and the test's own connections
+// carry on, so what is enqueued meanwhile is announced to nobody.
+const db = useTestDb(import.meta.url);
+let gate: Gate;
+let cutOff: Tusk;
+
+beforeAll(async () => {
+  gate = await Gate.open(db.url);
+  cutOff = db.another({ connectionString: gate.url });
+});
+afterAll(() => gate.close());
+
+const state = async (id: string) => (await db.tusk.getJob(id))?.state;
+
+/** Cuts the gate until the worker has tried, and failed, to come back `attempts` times. */
+async function outage(attempts: number): Promise<void> {
+  const before = gate.refused;
+  gate.cut();
+  await eventually(() => gate.refused >= before + attempts, 20_000);
+}
+
+describe('a worker cut off from the database', () => {
+  it('claims a job enqueued meanwhile as soon as it is back, without waiting for its poll', async () => {
+    // a poll this long is never what finds the job: only the reconnect can
+    const worker = db.worker({ tasks: { work: () => 'done' }, pollMs: 600_000 }, cutOff);
+    await worker.start();
+    const first = await db.tusk.enqueue('work', {});
+    await eventually(async () => (await state(first.id)) === 'succeeded');
+
+    await outage(1);
+    const during = await db.tusk.enqueue('work', {});
+    await outage(3);
+    gate.restore();
+    // generous for a loaded machine; before, the claim loops slept through the reconnect
+    await eventually(async () => (await state(during.id)) === 'succeeded', 20_000);
+    expect((await db.tusk.getJob(during.id))?.attempts).toBe(1);
+    await worker.stop();
+  });
+
+  it('does not start the jobs of a claim answered after its listening connection was lost: they may be handed back already', async () => {
+    const runs: number[] = [];
+    const worker = db.worker(
+      { queues: ['late'], tasks: { late: (_p, ctx) => void runs.push(ctx.job.attempt) } },
+      cutOff,
+    );
+    await worker.start();
+    // the worker's claim waits for this lock (its tenants insert) while the test sets up
+    const blocker = await db.pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(`LOCK TABLE "${db.schema}".tenants IN EXCLUSIVE MODE`);
+      const job = await db.tusk.enqueue('late', {}, { queue: 'late' });
+      await eventually(
+        async () =>
+          (
+            await db.rows(
+              `SELECT 1 FROM pg_stat_activity
+               WHERE query LIKE '%claim_jobs%' AND wait_event_type = 'Lock' AND client_port = ANY($1)`,
+              [gate.ports()],
+            )
+          ).length > 0,
+      );
+      // what the server says is held back; the worker cannot reconnect meanwhile
+      gate.hold();
+      gate.refuse();
+      const [listener] = await db.rows<{ pid: number; port: number }>(
+        `SELECT pid, client_port AS port FROM pg_stat_activity
+         WHERE query LIKE '%register_worker%' AND client_port = ANY($1)`,
+        [gate.ports()],
+      );
+      await db.pool.query('SELECT pg_terminate_backend($1)', [listener?.pid]);
+      // the claim goes through for a worker whose session is gone: the upkeep of another
+      // process hands the job back
+      await blocker.query('COMMIT');
+      await eventually(async () => (await state(job.id)) === 'running');
+      await eventually(async () => {
+        await db.tusk.upkeep().runOnce();
+        return (await state(job.id)) === 'available';
+      });
+      // the worker learns of the loss first, then reads the claim's answer
+      gate.release(listener?.port);
+      await sleep(200);
+      gate.release();
+      gate.restore();
+      await eventually(async () => (await state(job.id)) === 'succeeded', 20_000);
+      // before, attempt 1 ran too: started from the late answer although handed back
+      expect(runs).toEqual([2]);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+      gate.release();
+      gate.restore();
+    }
+    await worker.stop();
+  });
+
+  it('finishes the job it was running through the break: the same attempt, its outcome written after', async () => {
+    let started = 0;
+    const worker = db.worker(
+      {
+        tasks: {
+          slow: async () => {
+            started++;
+            await sleep(1500);
+            return 'done';
+          },
+        },
+        leaseMs: 20_000,
+      },
+      cutOff,
+    );
+    await worker.start();
+    const job = await db.tusk.enqueue('slow', {});
+    await eventually(() => started === 1);
+    await outage(2);
+    gate.restore();
+    await eventually(async () => (await state(job.id)) === 'succeeded', 20_000);
+    const done = await db.tusk.getJob(job.id);
+    expect(done?.attempts).toBe(1);
+    expect(done?.result).toBe('done');
+    expect(started).toBe(1);
+    await worker.stop();
+  });
+});
