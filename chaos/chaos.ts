@@ -382,6 +382,14 @@ async function check(
   expect('workers that exited on their own', gaveUp.length, '0', gaveUp.length === 0);
   for (const w of gaveUp)
     failures.push(`worker ${w.pid} exited (${w.exitCode ?? w.exitSignal}):\n${w.log.slice(-25).join('\n')}`);
+  // a run whose faults did not all happen proves nothing
+  const kinds = new Set(faults.map((f) => f.type));
+  expect(
+    'faults injected (kills; terminate, restart, freeze)',
+    `${kills.length}; ${['terminate', 'restart', 'stop'].filter((k) => kinds.has(k as Fault['type'])).length} of 3`,
+    '> 3; 3 of 3',
+    kills.length > 3 && kinds.has('terminate') && kinds.has('restart') && kinds.has('stop'),
+  );
   expect(
     'graceful stop at the end (exit codes)',
     exitCodes.join(' '),

@@ -1,7 +1,7 @@
 import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 /** Files that load the machine (fault injection, process fleets): run after all the others. */
-const LAST = ['/chaos.test.ts', '/drain-crash.test.ts'];
+const LAST = ['/drain-crash.test.ts', '/flows-crash.test.ts', '/crash.test.ts'];
 
 /**
  * Runs the fault-injection files last, so that the other files do not share the two cores
