@@ -16,7 +16,7 @@ const tick = (iso, none) =>
 
 /**
  * Schedules: each cron expression with its time zone and job, its next and last tick and
- * the last tick's job; removing one.
+ * the last tick's job; pausing, resuming and removing one.
  * @param {Context} context
  * @returns {View}
  */
@@ -36,6 +36,14 @@ export function schedules({ toast }) {
     if (!confirm(`Remove the schedule ${s.name}? Its ticks enqueued ahead are cancelled.${back}`)) return;
     await api(`api/schedules/${encodeURIComponent(s.name)}`, { method: 'DELETE' });
     toast(`Schedule ${s.name} removed`);
+    await refresh();
+  }
+
+  /** @param {Schedule} s */
+  async function pauseOrResume(s) {
+    const action = s.pausedAt ? 'resume' : 'pause';
+    await api(`api/schedules/${encodeURIComponent(s.name)}/${action}`, { method: 'POST' });
+    toast(`Schedule ${s.name} ${s.pausedAt ? 'resumed at its next tick' : 'paused'}`);
     await refresh();
   }
 
@@ -67,18 +75,26 @@ export function schedules({ toast }) {
             s.source === 'crontab'
               ? h('span', { class: 'muted', title: 'kept in sync with a crontab file' }, ' · crontab')
               : null,
+            s.pausedAt
+              ? h('span', { class: 'badge s-cancelled', title: `paused ${dateTime(s.pausedAt)}` }, ' paused')
+              : null,
           ),
           h('code', null, s.cron),
           s.tz,
           s.task,
           h('a', { href: route('jobs', { tenant: s.tenant }) }, s.tenant),
           h('a', { href: route('jobs', { queue: s.queue }) }, s.queue),
-          tick(s.nextRunAt, 'none left'),
+          s.pausedAt ? h('span', { class: 'muted' }, 'paused') : tick(s.nextRunAt, 'none left'),
           tick(s.lastRunAt, 'not yet'),
           s.lastJobId ? h('a', { href: route(`jobs/${s.lastJobId}`), class: 'mono' }, s.lastJobId) : '—',
           h(
             'div',
             { class: 'row-actions' },
+            h(
+              'button',
+              { class: 'small', type: 'button', onclick: () => pauseOrResume(s) },
+              s.pausedAt ? 'Resume' : 'Pause',
+            ),
             h('button', { class: 'small danger', type: 'button', onclick: () => remove(s) }, 'Remove'),
           ),
         ]),

@@ -1749,6 +1749,35 @@ BEGIN
 END $$;
 
 --
+-- Name: pause_schedule(text, boolean, timestamp with time zone); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.pause_schedule(p_name text, p_paused boolean, p_next timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_paused_at timestamptz;
+BEGIN
+  SELECT s.paused_at INTO v_paused_at FROM "tusk".schedules s WHERE s.name = p_name FOR UPDATE;
+  IF NOT FOUND THEN RETURN NULL; END IF;
+  IF p_paused = (v_paused_at IS NOT NULL) THEN RETURN false; END IF;
+  IF p_paused THEN
+    UPDATE "tusk".schedules SET paused_at = now(), updated_at = now() WHERE name = p_name;
+    -- the ticks cancelled are forgotten too: resumed within the same tick, it enqueues it again
+    WITH ahead AS (
+      SELECT r.job_id FROM "tusk".schedule_runs r JOIN "tusk".jobs j ON j.id = r.job_id
+      WHERE r.schedule = p_name AND j.state = 'scheduled'),
+    cancelled AS (
+      SELECT c.id FROM "tusk".finish_jobs('cancelled',
+        (SELECT coalesce(jsonb_agg(jsonb_build_object('id', a.job_id)), '[]') FROM ahead a)) c)
+    DELETE FROM "tusk".schedule_runs r USING cancelled c WHERE r.schedule = p_name AND r.job_id = c.id;
+  ELSE
+    UPDATE "tusk".schedules SET paused_at = NULL, next_run_at = p_next, updated_at = now() WHERE name = p_name;
+  END IF;
+  RETURN true;
+END $$;
+
+--
 -- Name: promote_due_jobs(integer); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -2937,6 +2966,7 @@ CREATE TABLE tusk.schedules (
     last_job_id bigint,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_at timestamp with time zone,
     CONSTRAINT schedules_backfill_check CHECK ((backfill >= 0)),
     CONSTRAINT schedules_max_attempts_check CHECK ((max_attempts > 0)),
     CONSTRAINT schedules_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),

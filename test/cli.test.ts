@@ -99,7 +99,7 @@ describe('tusk CLI', () => {
     expect(badRetention.stderr).toMatch(/settings\.retention: must be a period like '30 days'/);
   });
 
-  it('schedules: set, list, remove, sync a crontab file; `worker --crontab`; prune with progress', async () => {
+  it('schedules: set, list, pause, resume, remove, sync a crontab file; `worker --crontab`; prune with progress', async () => {
     const set = await tusk(
       env(),
       'schedules',
@@ -135,6 +135,15 @@ describe('tusk CLI', () => {
       worker.kill('SIGTERM');
     }
     expect(await exited(worker)).toBe(0);
+    const paused = await tusk(env(), 'schedules', 'pause', 'cli-nightly');
+    expect(paused.code, paused.stderr).toBe(0);
+    expect(paused.stdout.split('\n')[0]).toMatch(/last job +paused$/);
+    expect(paused.stdout.split('\n')[2]).toMatch(/^cli-nightly .* \d{4}-\d\d-\d\dT[\d:.]+Z$/);
+    expect((await tusk(env(), 'schedules', 'resume', 'cli-nightly')).stdout.split('\n')[2]).toMatch(/ -$/);
+    expect(await tusk(env(), 'schedules', 'pause', 'cli-none')).toMatchObject({
+      code: 1,
+      stderr: 'tusk: no schedule named cli-none\n',
+    });
     const removed = await tusk(env(), 'schedules', 'remove', 'cli-nightly');
     expect(removed).toMatchObject({
       code: 0,

@@ -292,7 +292,7 @@ describe('dashboard', () => {
     expect(pageErrors).toEqual([]);
   });
 
-  it('the schedules page lists each schedule with its zone, next and last tick and last job; removes one', async () => {
+  it('the schedules page lists each schedule with its zone, next and last tick and last job; pauses, resumes and removes one', async () => {
     await db.tusk.schedules.set('nightly-report', '0 3 * * *', { task: 'report', tenant: 'acme', tz: 'Europe/Paris' });
     await db.tusk.schedules.set('heartbeat', '* * * * * *', { task: 'ping', queue: 'cron' });
     await db.tusk.upkeep().runOnce(); // enqueues the ticks due soon
@@ -311,6 +311,16 @@ describe('dashboard', () => {
     const lastJob = row('heartbeat').locator(`a[href="#/jobs/${heartbeat?.lastJobId}"]`);
     expect(await lastJob.textContent()).toBe(heartbeat?.lastJobId);
     await shot('dashboard-schedules');
+
+    // paused: no tick enqueued, the ticks enqueued ahead cancelled; resumed at its next tick
+    await row('heartbeat').getByRole('button', { name: 'Pause' }).click();
+    await row('heartbeat').getByRole('button', { name: 'Resume' }).waitFor();
+    expect((await db.tusk.schedules.get('heartbeat'))?.pausedAt).toBeInstanceOf(Date);
+    expect((await db.tusk.getJob(heartbeat?.lastJobId ?? '0'))?.state).toBe('cancelled');
+    expect(await row('heartbeat').locator('td').nth(6).innerText()).toBe('paused');
+    await row('heartbeat').getByRole('button', { name: 'Resume' }).click();
+    await row('heartbeat').getByRole('button', { name: 'Pause' }).waitFor();
+    expect((await db.tusk.schedules.get('heartbeat'))?.pausedAt).toBeNull();
 
     page.once('dialog', (dialog) => void dialog.accept());
     await row('heartbeat').getByRole('button', { name: 'Remove' }).click();

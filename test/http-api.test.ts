@@ -13,6 +13,7 @@ import {
   retriedSchema,
   scheduleListSchema,
   scheduleRemovedSchema,
+  scheduleSchema,
   statsSchema,
   tenantListSchema,
   tenantSchema,
@@ -680,6 +681,15 @@ describe('HTTP API', () => {
       'not_found',
     );
     expectInvalid(await call('DELETE', `/api/schedules/${'x'.repeat(201)}`), 'name');
+
+    // paused and resumed; 404 for none; admin only
+    expect((await call('POST', '/api/schedules/nightly/pause', { token: acmeToken })).status).toBe(403);
+    const paused = expectReply(await call('POST', '/api/schedules/nightly/pause'), 200, scheduleSchema);
+    expect(paused).toMatchObject({ name: 'nightly', pausedAt: expect.any(String) });
+    expect((await db.tusk.schedules.get('nightly'))?.pausedAt).toBeInstanceOf(Date);
+    const resumed = expectReply(await call('POST', '/api/schedules/nightly/resume'), 200, scheduleSchema);
+    expect(resumed.pausedAt).toBeNull();
+    expect(expectReply(await call('POST', '/api/schedules/none/pause'), 404, errorSchema).error.code).toBe('not_found');
     await db.tusk.schedules.remove('nightly');
   });
 

@@ -131,6 +131,42 @@ describe('recurring jobs', () => {
     await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'missed'`);
   });
 
+  it('paused: no tick is enqueued and those enqueued ahead are cancelled; resumed at its next tick from now', async () => {
+    const upkeep = db.tusk.upkeep();
+    await db.tusk.schedules.set('pausable', '* * * * * *', { task: 'tick', queue: 'pausable' });
+    await upkeep.runOnce(); // ticks up to a second ahead
+    const ahead = await tickJobs('pausable');
+    expect(ahead.length).toBeGreaterThan(0);
+    const paused = await db.tusk.schedules.pause('pausable');
+    expect(paused?.pausedAt).toBeInstanceOf(Date);
+    // cancelled, and forgotten as ticks: resumed within the same second, it enqueues them again
+    expect(await Promise.all(ahead.map(async (j) => (await db.tusk.getJob(j.id))?.state))).toEqual(
+      ahead.map(() => 'cancelled'),
+    );
+    expect(await tickJobs('pausable')).toEqual([]);
+    // passes while paused enqueue nothing, even with its next tick long due
+    await db.pool.query(
+      `UPDATE "${db.schema}".schedules SET next_run_at = now() - interval '10 seconds' WHERE name = 'pausable'`,
+    );
+    await upkeep.runOnce();
+    expect(await tickJobs('pausable')).toEqual([]);
+    expect(await db.tusk.schedules.pause('pausable')).toMatchObject({ pausedAt: paused?.pausedAt }); // already
+    const before = Date.now();
+    const resumed = await db.tusk.schedules.resume('pausable');
+    expect(resumed?.pausedAt).toBeNull();
+    // the ticks of the pause are skipped: the next is from now on
+    expect(resumed?.nextRunAt?.getTime()).toBeGreaterThanOrEqual(Math.floor(before / 1000) * 1000);
+    await upkeep.runOnce();
+    const after = await tickJobs('pausable');
+    expect(after.length).toBeGreaterThan(0);
+    expect(after.every((j) => j.state === 'scheduled' || j.state === 'available')).toBe(true);
+    expect(after.every((j) => j.tick.getTime() >= Math.floor(before / 1000) * 1000)).toBe(true);
+    expect(await db.tusk.schedules.pause('nothing-of-that-name')).toBeNull();
+    expect(await db.tusk.schedules.resume('nothing-of-that-name')).toBeNull();
+    await db.tusk.schedules.remove('pausable');
+    await upkeep.stop();
+  });
+
   it('a tick already enqueued is never enqueued again, whoever tries', async () => {
     await db.tusk.schedule('once', '* * * * * *', { queue: 'once' });
     const [row] = await db.rows<{ next: Date }>(

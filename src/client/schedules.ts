@@ -2,6 +2,7 @@ import type { Queryable } from '../db/queryable.js';
 import { TuskError, TuskValidationError } from '../errors.js';
 import {
   deleteSchedule,
+  pauseSchedule,
   putSchedules,
   type ScheduleInput,
   type ScheduleRow,
@@ -35,6 +36,8 @@ export interface ScheduleInfo {
   /** The last tick enqueued, and its job. */
   lastRunAt: Date | null;
   lastJobId: string | null;
+  /** When it was paused; null while it runs. */
+  pausedAt: Date | null;
 }
 
 /** What the schedules need from their Tusk instance. */
@@ -91,6 +94,33 @@ export class Schedules {
   /** Removes a schedule (its ticks enqueued ahead and not started are cancelled). False if unknown. */
   async remove(name: string): Promise<boolean> {
     return deleteSchedule(await this.#host.db(), this.#host.schema, parse(nameSchema(200), name, 'name'));
+  }
+
+  /**
+   * Pauses a schedule: it enqueues no tick, and the ticks it enqueued ahead and not started
+   * are cancelled (running jobs go on). Null if there is no such schedule.
+   *
+   * @example
+   * await tusk.schedules.pause('nightly-report');
+   */
+  async pause(name: string): Promise<ScheduleInfo | null> {
+    const key = parse(nameSchema(200), name, 'name');
+    if ((await pauseSchedule(await this.#host.db(), this.#host.schema, key, true, null)) === null) return null;
+    return this.get(key);
+  }
+
+  /**
+   * Resumes a paused schedule at its next tick from now (the ticks of the pause are skipped).
+   * Null if there is no such schedule.
+   */
+  async resume(name: string): Promise<ScheduleInfo | null> {
+    const key = parse(nameSchema(200), name, 'name');
+    const db = await this.#host.db();
+    const [row] = await selectSchedules(db, this.#host.schema, key);
+    if (!row) return null;
+    const next = firstTickFrom(cronOf(row.cron, row.tz), new Date());
+    if ((await pauseSchedule(db, this.#host.schema, key, false, next)) === null) return null;
+    return this.get(key);
   }
 
   /**
@@ -171,5 +201,6 @@ function toScheduleInfo(row: ScheduleRow): ScheduleInfo {
     nextRunAt: row.next_run_at,
     lastRunAt: row.last_run_at,
     lastJobId: row.last_job_id,
+    pausedAt: row.paused_at,
   };
 }

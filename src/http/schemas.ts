@@ -398,6 +398,7 @@ export const scheduleSchema = z.object({
   nextRunAt: nullableDate.meta({ description: 'the next tick not enqueued yet; null if none is left' }),
   lastRunAt: nullableDate.meta({ description: 'the last tick enqueued' }),
   lastJobId: jobIdSchema.nullable().meta({ description: "the last tick's job" }),
+  pausedAt: nullableDate.meta({ description: 'when it was paused; null while it runs' }),
 });
 export const scheduleListSchema = z.object({ schedules: z.array(scheduleSchema) });
 export const scheduleRemovedSchema = z.object({ name: z.string(), removed: z.literal(true) });

@@ -19,10 +19,12 @@ export interface ScheduleRow {
   next_run_at: Date | null;
   last_run_at: Date | null;
   last_job_id: string | null;
+  /** When it was paused (null: running). */
+  paused_at: Date | null;
 }
 
 /** A schedule to write: every column but the run times kept by the database. */
-export type ScheduleInput = Omit<ScheduleRow, 'last_run_at' | 'last_job_id'>;
+export type ScheduleInput = Omit<ScheduleRow, 'last_run_at' | 'last_job_id' | 'paused_at'>;
 
 /** Creates or replaces schedules, in one transaction (see put_schedule in sql/). */
 export async function putSchedules(db: Queryable, schema: string, schedules: ScheduleInput[]): Promise<void> {
@@ -37,11 +39,29 @@ export async function deleteSchedule(db: Queryable, schema: string, name: string
   return rows[0]?.found ?? false;
 }
 
+/**
+ * Pauses or resumes a schedule (resumed, its next tick is `next`): null if there is no such
+ * schedule, else whether that changed anything (see pause_schedule in sql/).
+ */
+export async function pauseSchedule(
+  db: Queryable,
+  schema: string,
+  name: string,
+  paused: boolean,
+  next: Date | null,
+): Promise<boolean | null> {
+  const { rows } = await db.query<{ changed: boolean | null }>(
+    `SELECT ${ident(schema)}.pause_schedule($1, $2, $3) AS changed`,
+    [name, paused, next],
+  );
+  return rows[0]?.changed ?? null;
+}
+
 /** Schedules by name; one if `name` is given. */
 export async function selectSchedules(db: Queryable, schema: string, name: string | null): Promise<ScheduleRow[]> {
   const { rows } = await db.query<ScheduleRow>(
     `SELECT name, cron, tz, task, payload, tenant, queue, priority, max_attempts, concurrency_key, retry,
-            backfill, source, next_run_at, last_run_at, last_job_id
+            backfill, source, next_run_at, last_run_at, last_job_id, paused_at
      FROM ${ident(schema)}.schedules WHERE $1::text IS NULL OR name = $1 ORDER BY name`,
     [name],
   );
@@ -83,7 +103,7 @@ export async function lockSchedules(db: Queryable, schema: string): Promise<bool
 export async function selectDueSchedules(db: Queryable, schema: string, horizonMs: number): Promise<DueSchedule[]> {
   const { rows } = await db.query<DueSchedule>(
     `SELECT name, cron, tz, backfill, next_run_at, now() AS now FROM ${ident(schema)}.schedules
-     WHERE next_run_at <= now() + $1 * interval '1 millisecond'
+     WHERE next_run_at <= now() + $1 * interval '1 millisecond' AND paused_at IS NULL
      ORDER BY next_run_at FOR UPDATE SKIP LOCKED`,
     [horizonMs],
   );

@@ -12,7 +12,20 @@ const time = (d: Date | null) => (d ? d.toISOString() : null);
 
 export function scheduleTable(schedules: ScheduleInfo[]): string {
   return renderTable(
-    ['name', 'cron', 'tz', 'task', 'tenant', 'queue', 'backfill', 'source', 'next run', 'last run', 'last job'],
+    [
+      'name',
+      'cron',
+      'tz',
+      'task',
+      'tenant',
+      'queue',
+      'backfill',
+      'source',
+      'next run',
+      'last run',
+      'last job',
+      'paused',
+    ],
     schedules.map((s) => [
       s.name,
       s.cron,
@@ -25,6 +38,7 @@ export function scheduleTable(schedules: ScheduleInfo[]): string {
       time(s.nextRunAt),
       time(s.lastRunAt),
       s.lastJobId,
+      time(s.pausedAt),
     ]),
   );
 }
@@ -101,6 +115,27 @@ export function schedulesCommand(program: Command): void {
         console.log(`removed schedule ${name} (its ticks enqueued ahead and not started are cancelled)`);
       }),
     );
+  for (const paused of [true, false]) {
+    schedules
+      .command(paused ? 'pause' : 'resume')
+      .argument('<name>')
+      .description(
+        paused
+          ? 'pause a schedule: no tick is enqueued, its ticks enqueued ahead are cancelled'
+          : 'resume a paused schedule at its next tick from now (the ticks of the pause are skipped)',
+      )
+      .action((name: string, _o, command: Command) =>
+        withTusk(command, async (tusk) => {
+          const info = paused ? await tusk.schedules.pause(name) : await tusk.schedules.resume(name);
+          if (!info) {
+            console.error(`tusk: no schedule named ${name}`);
+            process.exitCode = 1;
+            return;
+          }
+          console.log(scheduleTable([info]));
+        }),
+      );
+  }
   schedules
     .command('sync')
     .argument('<file>', 'a crontab file (see docs/guide.md, Recurring jobs)')

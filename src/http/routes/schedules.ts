@@ -2,11 +2,34 @@ import { parse } from '../../validation/validate.js';
 import type { Api } from '../api.js';
 import { type Endpoint, endpoint } from '../endpoint.js';
 import { notFound } from '../errors.js';
-import { errorSchema, scheduleListSchema, scheduleParam, scheduleRemovedSchema } from '../schemas.js';
+import { errorSchema, scheduleListSchema, scheduleParam, scheduleRemovedSchema, scheduleSchema } from '../schemas.js';
 
-/** Schedules: listed and removed (set through the library, the CLI or a crontab file). */
+/** Schedules: listed, paused, resumed and removed (set through the library, the CLI or a crontab file). */
 export function scheduleEndpoints(api: Api): Endpoint[] {
+  const pausing = (paused: boolean) =>
+    endpoint({
+      method: 'post',
+      path: `/api/schedules/:name/${paused ? 'pause' : 'resume'}`,
+      tag: 'schedules',
+      access: 'admin',
+      summary: paused
+        ? 'Pause a schedule: no tick is enqueued, its ticks enqueued ahead and not started are cancelled'
+        : 'Resume a paused schedule at its next tick from now (the ticks of the pause are skipped)',
+      responses: {
+        200: { description: 'the schedule now', schema: scheduleSchema },
+        400: { description: 'a bad name', schema: errorSchema },
+        404: { description: 'no schedule of that name', schema: errorSchema },
+      },
+      async handle(c) {
+        const name = parse(scheduleParam, c.req.param('name'), 'name');
+        const info = paused ? await api.tusk.schedules.pause(name) : await api.tusk.schedules.resume(name);
+        if (!info) throw notFound('schedule');
+        return c.json(info);
+      },
+    });
   return [
+    pausing(true),
+    pausing(false),
     endpoint({
       method: 'get',
       path: '/api/schedules',
