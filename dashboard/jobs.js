@@ -49,7 +49,7 @@ const plural = (n, one) => `${int(n)} ${one}${n === 1 ? '' : 's'}`;
 
 /**
  * Job list: structured filters in the address (`#/jobs?state=dead&tenant=acme&from=…`),
- * keyset paging, rows selected to retry or cancel together.
+ * keyset paging, rows selected to retry, cancel or delete together.
  * @param {Context} context
  * @returns {View}
  */
@@ -146,12 +146,18 @@ export function jobs({ params, who, navigate, toast }) {
     { type: 'button', class: 'small danger', onclick: () => bulk('cancel') },
     'Cancel selected',
   );
+  const deleteSelected = h(
+    'button',
+    { type: 'button', class: 'small danger', onclick: () => removeSelected() },
+    'Delete selected',
+  );
   const bulkBar = h(
     'div',
     { class: 'bulk' },
     count,
     retrySelected,
     cancelSelected,
+    deleteSelected,
     h(
       'button',
       {
@@ -249,14 +255,35 @@ export function jobs({ params, who, navigate, toast }) {
     await refresh();
   }
 
+  /** Deletes the selected jobs that are not running, with their records. */
+  async function removeSelected() {
+    const targets = rows.filter((j) => selected.has(j.id) && j.state !== 'running');
+    if (targets.length === 0) return;
+    if (!confirm(`Delete ${plural(targets.length, 'job')} and their records? This cannot be undone.`)) return;
+    const results = await Promise.allSettled(
+      targets.map((j) => api(`api/jobs/${encodeURIComponent(j.id)}`, { method: 'DELETE' })),
+    );
+    const failed = results.filter((r) => r.status === 'rejected').length;
+    const running = selected.size - targets.length;
+    const parts = [
+      `${plural(results.length - failed, 'job')} deleted`,
+      running ? `${int(running)} running, left (cancel them)` : '',
+      failed ? `${int(failed)} not deleted (others depend on them, or they started meanwhile)` : '',
+    ];
+    toast(parts.filter(Boolean).join('; '), failed > 0);
+    selected.clear();
+    await refresh();
+  }
+
   /** The bulk bar says what is selected and what it may do. */
   function updateBulk() {
     const chosen = rows.filter((j) => selected.has(j.id));
     count.textContent = chosen.length
       ? `${plural(chosen.length, 'job')} selected`
-      : 'Select jobs to retry or cancel them together';
+      : 'Select jobs to retry, cancel or delete them together';
     retrySelected.disabled = !chosen.some((j) => RETRYABLE.includes(j.state));
     cancelSelected.disabled = !chosen.some((j) => CANCELLABLE.includes(j.state));
+    deleteSelected.disabled = !chosen.some((j) => j.state !== 'running');
   }
 
   /**

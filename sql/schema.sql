@@ -749,6 +749,43 @@ BEGIN
 END $_$;
 
 --
+-- Name: delete_jobs(bigint[]); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.delete_jobs(p_ids bigint[]) RETURNS TABLE(id bigint, outcome text)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_locked bigint[];
+  v_deleted bigint[];
+BEGIN
+  -- locked first, in id order: an enqueue naming one as a dependency has committed its
+  -- edge or waits for this transaction, and the checks below, a statement later, see it
+  SELECT array_agg(j.id ORDER BY j.id) INTO v_locked
+  FROM (SELECT j.id FROM "tusk".jobs j WHERE j.id = ANY (p_ids) ORDER BY j.id FOR UPDATE) j;
+  WITH gone AS (
+    DELETE FROM "tusk".jobs j
+    WHERE j.id = ANY (v_locked) AND j.state IN ('available', 'scheduled', 'failed')
+      AND NOT EXISTS (SELECT 1 FROM "tusk".job_deps d WHERE d.dependency = j.id)
+    RETURNING j.id),
+  edges AS (DELETE FROM "tusk".job_deps d USING gone g WHERE d.dependent = g.id)
+  SELECT array_agg(g.id) INTO v_deleted FROM gone g;
+  v_deleted := coalesce(v_deleted, '{}');
+  WITH gone AS (
+    DELETE FROM "tusk".job_history h
+    WHERE h.id = ANY (p_ids) AND NOT h.id = ANY (coalesce(v_locked, '{}'))
+    RETURNING h.id)
+  SELECT v_deleted || coalesce(array_agg(g.id), '{}') INTO v_deleted FROM gone g;
+  RETURN QUERY
+  SELECT x.id, CASE
+    WHEN x.id = ANY (v_deleted) THEN 'deleted'
+    WHEN j.state = 'running' THEN 'running'
+    WHEN j.id IS NOT NULL THEN 'has_dependents'
+    ELSE 'not_found' END
+  FROM unnest(p_ids) AS x(id) LEFT JOIN "tusk".jobs j ON j.id = x.id;
+END $$;
+
+--
 -- Name: enqueue_dedup(jsonb); Type: FUNCTION; Schema: tusk; Owner: -
 --
 

@@ -33,6 +33,7 @@ export type { Logger } from './log.js';
 export type { MetricsOptions } from './metrics/metrics.js';
 export type { MigrateResult } from './migrate/migrate.js';
 export type { Backoff, RetryPolicy } from './policies/backoff.js';
+export type { DeleteOutcome } from './queries/deleteJobs.js';
 export type { PruneBatch } from './queries/history.js';
 export type { RecordedDefinition } from './queries/taskDefinitions.js';
 export type { TenantSettings } from './queries/tenants.js';

@@ -19,6 +19,7 @@ import type { ServerOptions, TuskServer } from './http/server.js';
 import { createLogger, type Logger } from './log.js';
 import { type MigrateResult, migrate } from './migrate/migrate.js';
 import { cancelJob } from './queries/cancelJob.js';
+import { type DeleteOutcome, deleteJobs } from './queries/deleteJobs.js';
 import { maintainHistory, type PruneBatch, selectFinishedJobs } from './queries/history.js';
 import { insertJob, insertJobsDedup, insertJobsFlow } from './queries/insertJobs.js';
 import { ackJob, extendLease, fetchJobs, leaseState, nackJob } from './queries/leases.js';
@@ -802,6 +803,21 @@ export class Tusk<L extends TaskList = TaskList> {
   async cancel(id: string | number | bigint): Promise<JobState | null> {
     const key = jobId(id);
     return (await this.#write(undefined, (db) => cancelJob(db, this.schema, key))) as JobState | null;
+  }
+
+  /**
+   * Deletes a job that waits to run (available, scheduled, retrying) or has finished, with
+   * its record: it is gone from `getJob`, lists and history. A running job is not deleted
+   * (`'running'`: cancel it), nor one other jobs depend on (`'has_dependents'`: cancel it
+   * and its flow settles them).
+   *
+   * @example
+   * await tusk.deleteJob(id); // 'deleted' | 'running' | 'has_dependents' | 'not_found'
+   */
+  async deleteJob(id: string | number | bigint): Promise<DeleteOutcome> {
+    const key = jobId(id);
+    const [outcome] = await this.#write(undefined, (db) => deleteJobs(db, this.schema, [key]));
+    return outcome ?? 'not_found';
   }
 
   /**

@@ -208,7 +208,7 @@ describe('dashboard', () => {
     expect(pageErrors).toEqual([]);
   });
 
-  it('the job list: filters from known names and a time range; selected jobs retried and cancelled together', async () => {
+  it('the job list: filters from known names and a time range; selected jobs retried, cancelled and deleted together', async () => {
     const { ids } = await db.tusk.enqueueMany(
       Array.from({ length: 4 }, (_, i) => ({
         task: 'bulk_task',
@@ -285,6 +285,19 @@ describe('dashboard', () => {
     expect((await Promise.all(ids.map((id) => db.tusk.getJob(id)))).map((j) => j?.state)).toEqual([
       'cancelled',
       'available',
+      'cancelled',
+      'available',
+    ]);
+
+    // delete two: a finished one and a waiting one, records and all
+    await box(a).check();
+    await box(b).check();
+    page.once('dialog', (dialog) => void dialog.accept());
+    await page.getByRole('button', { name: 'Delete selected' }).click();
+    await expect.poll(() => page.locator('#toast').textContent(), { timeout: 5_000 }).toBe('2 jobs deleted');
+    expect((await Promise.all(ids.map((id) => db.tusk.getJob(id)))).map((j) => j?.state ?? null)).toEqual([
+      null,
+      null,
       'cancelled',
       'available',
     ]);

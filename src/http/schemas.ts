@@ -314,6 +314,7 @@ export const leasedJobSchema = z.object({
 
 export const fetchedSchema = z.object({ jobs: z.array(leasedJobSchema) });
 export const stateSchema = z.object({ state: jobStateSchema });
+export const deletedSchema = z.object({ id: jobIdSchema, deleted: z.literal(true) });
 export const retriedSchema = z.object({ retried: z.number().meta({ description: 'jobs re-queued' }) });
 export const okSchema = z.object({ ok: z.literal(true) });
 export const leaseUntilSchema = z.object({ leaseUntil: date });

@@ -16,6 +16,7 @@ import { type Endpoint, endpoint } from '../endpoint.js';
 import type { AppEnv } from '../env.js';
 import { HttpError, inBody, notFound } from '../errors.js';
 import {
+  deletedSchema,
   enqueuedManySchema,
   enqueuedSchema,
   enqueueManySchema,
@@ -277,6 +278,28 @@ export function jobEndpoints(api: Api): Endpoint[] {
         const state = await api.tusk.cancel(job.id);
         if (state === null) throw notFound('job');
         return c.json({ state });
+      },
+    }),
+    endpoint({
+      method: 'delete',
+      path: '/api/jobs/:id',
+      tag: 'jobs',
+      access: 'manage',
+      summary: 'Delete a job that waits to run or has finished, with its record',
+      responses: {
+        200: { description: 'deleted', schema: deletedSchema },
+        404: notFoundDoc,
+        409: { description: 'the job is running, or other jobs depend on it: cancel it', schema: errorSchema },
+      },
+      async handle(c) {
+        const job = await visibleJob(api, c);
+        const outcome = await api.tusk.deleteJob(job.id);
+        if (outcome === 'not_found') throw notFound('job');
+        if (outcome !== 'deleted') {
+          const why = outcome === 'running' ? 'it is running' : 'other jobs depend on it';
+          throw new HttpError(409, 'not_deletable', `job ${job.id} is not deleted: ${why}; cancel it instead`);
+        }
+        return c.json({ id: job.id, deleted: true as const });
       },
     }),
     endpoint({

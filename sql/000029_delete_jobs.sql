@@ -1,0 +1,36 @@
+-- Deleting jobs (the dashboard's bulk delete, DELETE /api/jobs/:id): a job waiting to run
+-- (available, scheduled, failed) or finished (in history) goes, with nothing left behind.
+-- A running job is not deleted (cancel it: its handler is stopped); neither is a job other
+-- jobs depend on (cancel it: its dependents are settled as a flow says). Returns each id's
+-- outcome: deleted, running, has_dependents or not_found.
+CREATE FUNCTION :SCHEMA.delete_jobs(p_ids bigint[])
+RETURNS TABLE (id bigint, outcome text) LANGUAGE plpgsql AS $$
+DECLARE
+  v_locked bigint[];
+  v_deleted bigint[];
+BEGIN
+  -- locked first, in id order: an enqueue naming one as a dependency has committed its
+  -- edge or waits for this transaction, and the checks below, a statement later, see it
+  SELECT array_agg(j.id ORDER BY j.id) INTO v_locked
+  FROM (SELECT j.id FROM :SCHEMA.jobs j WHERE j.id = ANY (p_ids) ORDER BY j.id FOR UPDATE) j;
+  WITH gone AS (
+    DELETE FROM :SCHEMA.jobs j
+    WHERE j.id = ANY (v_locked) AND j.state IN ('available', 'scheduled', 'failed')
+      AND NOT EXISTS (SELECT 1 FROM :SCHEMA.job_deps d WHERE d.dependency = j.id)
+    RETURNING j.id),
+  edges AS (DELETE FROM :SCHEMA.job_deps d USING gone g WHERE d.dependent = g.id)
+  SELECT array_agg(g.id) INTO v_deleted FROM gone g;
+  v_deleted := coalesce(v_deleted, '{}');
+  WITH gone AS (
+    DELETE FROM :SCHEMA.job_history h
+    WHERE h.id = ANY (p_ids) AND NOT h.id = ANY (coalesce(v_locked, '{}'))
+    RETURNING h.id)
+  SELECT v_deleted || coalesce(array_agg(g.id), '{}') INTO v_deleted FROM gone g;
+  RETURN QUERY
+  SELECT x.id, CASE
+    WHEN x.id = ANY (v_deleted) THEN 'deleted'
+    WHEN j.state = 'running' THEN 'running'
+    WHEN j.id IS NOT NULL THEN 'has_dependents'
+    ELSE 'not_found' END
+  FROM unnest(p_ids) AS x(id) LEFT JOIN :SCHEMA.jobs j ON j.id = x.id;
+END $$;
