@@ -100,6 +100,82 @@ describe('a worker cut off from the database', () => {
     await worker.stop();
   });
 
+  it('registered again while an upkeep was reaping it as dead: it keeps its row, and the jobs it claims next', async () => {
+    let done!: () => void;
+    const held = new Promise<void>((resolve) => {
+      done = resolve;
+    });
+    const runs: number[] = [];
+    // its own upkeep and heartbeats out of the way: only the test's upkeep runs
+    const worker = db.worker(
+      {
+        queues: ['reap'],
+        leaseMs: 600_000,
+        heartbeatMs: 290_000,
+        maintenanceMs: 600_000,
+        tasks: {
+          hold: async (_p, ctx) => {
+            runs.push(ctx.job.attempt);
+            await held;
+          },
+        },
+      },
+      cutOff,
+    );
+    await worker.start();
+    const blocker = await db.pool.connect();
+    try {
+      // its listening connection ends, and it cannot come back yet
+      gate.refuse();
+      const [listener] = await db.rows<{ pid: number }>(
+        `SELECT pid FROM pg_stat_activity WHERE query LIKE '%register_worker%' AND client_port = ANY($1)`,
+        [gate.ports()],
+      );
+      await db.pool.query('SELECT pg_terminate_backend($1)', [listener?.pid]);
+      // an upkeep finds it dead, then waits (for this lock) before acting on it
+      await blocker.query('BEGIN');
+      await blocker.query(`LOCK TABLE "${db.schema}".jobs IN EXCLUSIVE MODE`);
+      const pass = db.tusk.upkeep().runOnce();
+      await eventually(
+        async () =>
+          (
+            await db.rows(`SELECT 1 FROM pg_stat_activity WHERE query LIKE $1 AND wait_event_type = 'Lock'`, [
+              `%"${db.schema}".maintain(%`,
+            ])
+          ).length > 0,
+      );
+      // meanwhile it registers again (or waits to: it may not during a pass)
+      gate.restore();
+      await eventually(
+        async () =>
+          (
+            await db.rows(
+              `SELECT 1 FROM pg_stat_activity
+               WHERE query LIKE '%register_worker%' AND pid <> $1 AND client_port = ANY($2)`,
+              [listener?.pid, gate.ports()],
+            )
+          ).length > 0,
+      );
+      await blocker.query('COMMIT');
+      await pass;
+      // the next job it claims stays its own through the next upkeep
+      const job = await db.tusk.enqueue('hold', {}, { queue: 'reap' });
+      await eventually(() => runs.length === 1);
+      await db.tusk.upkeep().runOnce();
+      done();
+      await eventually(async () => (await state(job.id)) === 'succeeded');
+      // before, the upkeep took it for a dead worker's (no row) and it ran again: [1, 2]
+      expect(runs).toEqual([1]);
+      expect(await db.rows('SELECT id FROM $schema.workers WHERE id = $1', [worker.id])).toHaveLength(1);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+      gate.restore();
+      done();
+    }
+    await worker.stop();
+  });
+
   it('finishes the job it was running through the break: the same attempt, its outcome written after', async () => {
     let started = 0;
     const worker = db.worker(
