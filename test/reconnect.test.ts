@@ -176,6 +176,56 @@ describe('a worker cut off from the database', () => {
     await worker.stop();
   });
 
+  it('claims again at once when the heartbeat after the break drops a job it held ahead', async () => {
+    let done!: () => void;
+    const held = new Promise<void>((resolve) => {
+      done = resolve;
+    });
+    const runs: string[] = [];
+    // one handler, one job held ahead; a poll this long never finds anything
+    const worker = db.worker(
+      {
+        queues: ['ahead'],
+        concurrency: 1,
+        prefetch: 1,
+        pollMs: 600_000,
+        tasks: {
+          long: async () => {
+            runs.push('long');
+            await held;
+          },
+          next: () => void runs.push('next'),
+        },
+      },
+      cutOff,
+    );
+    const { ids } = await db.tusk.enqueueMany([
+      { task: 'long', queue: 'ahead' },
+      { task: 'next', queue: 'ahead' },
+    ]);
+    await worker.start();
+    try {
+      await eventually(async () => (await state(ids[1] as string)) === 'running' && runs.length === 1);
+      gate.cut();
+      // the job held ahead is handed back meanwhile (as a lost claim would be)
+      await db.pool.query(
+        `UPDATE "${db.schema}".jobs SET state = 'available', locked_by = NULL, lease_token = NULL, lease_until = NULL
+         WHERE id = $1`,
+        [ids[1]],
+      );
+      gate.restore();
+      // the heartbeat after the reconnect drops it: the room it leaves is claimed at once,
+      // not after the poll or the long job
+      await eventually(async () => (await state(ids[1] as string)) === 'running', 20_000);
+      expect(runs).toEqual(['long']);
+    } finally {
+      done();
+    }
+    await eventually(async () => (await state(ids[1] as string)) === 'succeeded');
+    expect(runs).toEqual(['long', 'next']);
+    await worker.stop();
+  });
+
   it('finishes the job it was running through the break: the same attempt, its outcome written after', async () => {
     let started = 0;
     const worker = db.worker(
