@@ -2131,6 +2131,8 @@ CREATE FUNCTION tusk.register_worker(p_id integer, p_name text, p_host text, p_p
 DECLARE
   v_id integer := p_id;
 BEGIN
+  -- the key of maintain's lock (000023)
+  PERFORM pg_advisory_xact_lock_shared(hashtext('"tusk"'), 0);
   IF v_id IS NOT NULL AND NOT pg_try_advisory_lock(hashtext('tusk'), v_id) THEN
     v_id := NULL;
   END IF;

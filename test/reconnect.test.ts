@@ -100,6 +100,132 @@ describe('a worker cut off from the database', () => {
     await worker.stop();
   });
 
+  it('registered again while an upkeep was reaping it as dead: it keeps its row, and the jobs it claims next', async () => {
+    let done!: () => void;
+    const held = new Promise<void>((resolve) => {
+      done = resolve;
+    });
+    const runs: number[] = [];
+    // its own upkeep and heartbeats out of the way: only the test's upkeep runs
+    const worker = db.worker(
+      {
+        queues: ['reap'],
+        leaseMs: 600_000,
+        heartbeatMs: 290_000,
+        maintenanceMs: 600_000,
+        tasks: {
+          hold: async (_p, ctx) => {
+            runs.push(ctx.job.attempt);
+            await held;
+          },
+        },
+      },
+      cutOff,
+    );
+    await worker.start();
+    const blocker = await db.pool.connect();
+    try {
+      // its listening connection ends, and it cannot come back yet
+      gate.refuse();
+      const [listener] = await db.rows<{ pid: number }>(
+        `SELECT pid FROM pg_stat_activity WHERE query LIKE '%register_worker%' AND client_port = ANY($1)`,
+        [gate.ports()],
+      );
+      await db.pool.query('SELECT pg_terminate_backend($1)', [listener?.pid]);
+      // an upkeep finds it dead, then waits (for this lock) before acting on it
+      await blocker.query('BEGIN');
+      await blocker.query(`LOCK TABLE "${db.schema}".jobs IN EXCLUSIVE MODE`);
+      const pass = db.tusk.upkeep().runOnce();
+      await eventually(
+        async () =>
+          (
+            await db.rows(`SELECT 1 FROM pg_stat_activity WHERE query LIKE $1 AND wait_event_type = 'Lock'`, [
+              `%"${db.schema}".maintain(%`,
+            ])
+          ).length > 0,
+      );
+      // meanwhile it registers again (or waits to: it may not during a pass)
+      gate.restore();
+      await eventually(
+        async () =>
+          (
+            await db.rows(
+              `SELECT 1 FROM pg_stat_activity
+               WHERE query LIKE '%register_worker%' AND pid <> $1 AND client_port = ANY($2)`,
+              [listener?.pid, gate.ports()],
+            )
+          ).length > 0,
+      );
+      await blocker.query('COMMIT');
+      await pass;
+      // the next job it claims stays its own through the next upkeep
+      const job = await db.tusk.enqueue('hold', {}, { queue: 'reap' });
+      await eventually(() => runs.length === 1);
+      await db.tusk.upkeep().runOnce();
+      done();
+      await eventually(async () => (await state(job.id)) === 'succeeded');
+      // before, the upkeep took it for a dead worker's (no row) and it ran again: [1, 2]
+      expect(runs).toEqual([1]);
+      expect(await db.rows('SELECT id FROM $schema.workers WHERE id = $1', [worker.id])).toHaveLength(1);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+      gate.restore();
+      done();
+    }
+    await worker.stop();
+  });
+
+  it('claims again at once when the heartbeat after the break drops a job it held ahead', async () => {
+    let done!: () => void;
+    const held = new Promise<void>((resolve) => {
+      done = resolve;
+    });
+    const runs: string[] = [];
+    // one handler, one job held ahead; a poll this long never finds anything
+    const worker = db.worker(
+      {
+        queues: ['ahead'],
+        concurrency: 1,
+        prefetch: 1,
+        pollMs: 600_000,
+        tasks: {
+          long: async () => {
+            runs.push('long');
+            await held;
+          },
+          next: () => void runs.push('next'),
+        },
+      },
+      cutOff,
+    );
+    const { ids } = await db.tusk.enqueueMany([
+      { task: 'long', queue: 'ahead' },
+      { task: 'next', queue: 'ahead' },
+    ]);
+    await worker.start();
+    try {
+      await eventually(async () => (await state(ids[1] as string)) === 'running' && runs.length === 1);
+      gate.cut();
+      // the job held ahead is handed back meanwhile (as a lost claim would be)
+      await db.pool.query(
+        `UPDATE "${db.schema}".jobs SET state = 'available', locked_by = NULL, lease_token = NULL, lease_until = NULL
+         WHERE id = $1`,
+        [ids[1]],
+      );
+      gate.restore();
+      // the heartbeat after the reconnect drops it: the room it leaves is claimed at once,
+      // not after the poll or the long job
+      await eventually(async () => (await state(ids[1] as string)) === 'running', 20_000);
+      expect(runs).toEqual(['long']);
+    } finally {
+      done();
+    }
+    await eventually(async () => (await state(ids[1] as string)) === 'succeeded');
+    expect(runs).toEqual(['long', 'next']);
+    await worker.stop();
+  });
+
   it('finishes the job it was running through the break: the same attempt, its outcome written after', async () => {
     let started = 0;
     const worker = db.worker(

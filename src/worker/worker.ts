@@ -703,14 +703,19 @@ export class Worker {
       }
     }
     const cancelled = new Set(result.cancelled);
+    const ahead = this.#buffer.length;
     for (const job of held) {
       if (lost.has(job.row.lease_token)) this.#lost(job);
       else if (cancelled.has(job.row.lease_token)) this.#cancelAttempt(job);
     }
+    const dropped = this.#buffer.length < ahead;
     await this.#writeProgress();
     // the leases of the jobs still held run at least half a lease from sentAt
     this.#leasesCheckedAt = sentAt;
     this.#pump();
+    // jobs held ahead and dropped (after a break: claims lost in a crash, jobs handed back)
+    // leave room no handler's end announces: the claim loops may be asleep for a poll
+    if (dropped && this.#want() > 0) this.#wakeUp();
   }
 
   /** The latest ctx.progress() of running jobs, once a heartbeat at most. */
@@ -817,10 +822,12 @@ export class Worker {
         this.#lost(job, 'the lease of this job could not be renewed in time; it was stopped before it ran out');
       }
     }
+    const ahead = this.#buffer.length;
     while (this.#buffer.length > 0 && (this.#buffer.peek() as ActiveJob).leaseUntil <= now) {
       this.#buffer.shift();
       this.counters.lost++;
     }
+    if (this.#buffer.length < ahead && this.#want() > 0) this.#wakeUp();
   }
 }
 
