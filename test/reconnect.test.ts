@@ -238,6 +238,9 @@ describe('a worker cut off from the database', () => {
           },
         },
         leaseMs: 20_000,
+        // its upkeep passes come often: back before its listening connection, one would find
+        // the worker dead (its lock free) and hand its job back, unless it waits for it
+        maintenanceMs: 20,
       },
       cutOff,
     );

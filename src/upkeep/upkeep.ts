@@ -14,6 +14,8 @@ export interface UpkeepHost {
   log: Logger;
   database(): Promise<Database>;
   forget(upkeep: Upkeep): void;
+  /** True while the timed passes must wait (a worker's, while the worker is not registered). */
+  paused?(): boolean;
 }
 
 export interface UpkeepOptions {
@@ -113,7 +115,7 @@ export class Upkeep extends EventEmitter<UpkeepEvents> {
 
   /** A timed pass: skipped while the last one of that service runs; a failure is logged. */
   async #once(service: UpkeepService<unknown>): Promise<void> {
-    if (this.#busy.has(service.name) || !this.#running) return;
+    if (this.#busy.has(service.name) || !this.#running || this.#host.paused?.()) return;
     this.#busy.add(service.name);
     try {
       await this.#pass(service, await this.#host.database());

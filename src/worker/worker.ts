@@ -209,7 +209,15 @@ export class Worker {
     const expiryEvery = Math.max(10, Math.min(250, Math.floor(this.#opts.leaseMarginMs / 4)));
     this.#timers.push(setInterval(() => this.#expireLeases(), expiryEvery));
     this.#upkeep = new Upkeep(
-      { schema: this.#host.schema, log: this.#host.log, database: this.#host.database, forget: () => {} },
+      {
+        schema: this.#host.schema,
+        log: this.#host.log,
+        database: this.#host.database,
+        forget: () => {},
+        // while its listening connection is down the worker looks dead (its lock is free):
+        // its own upkeep must not hand back its jobs before it has registered again
+        paused: () => this.#listener?.connected !== true,
+      },
       { everyMs: this.#opts.maintenanceMs },
     );
     this.#upkeep.start();
