@@ -1,5 +1,5 @@
 // npm run bench -- [suite] [options]: benchmarks that print tables and write
-// bench/results/*.json. Suites: peers (the default), scaling, fairness, lanes, pinned, drain, history.
+// bench/results/*.json. Suites: peers (the default), scaling, fairness, lanes, pinned, profile, drain, history.
 import { Command, InvalidArgumentError } from 'commander';
 import { benchDatabase, writeSummary } from './lib/env.js';
 import { drain } from './suites/drain.js';
@@ -8,6 +8,7 @@ import { history } from './suites/history.js';
 import { lanes } from './suites/lanes.js';
 import { peers, TARGETS, type Target } from './suites/peers.js';
 import { pinned } from './suites/pinned.js';
+import { profile } from './suites/profile.js';
 import { scaling } from './suites/scaling.js';
 
 const int = (name: string) => (v: string) => {
@@ -178,6 +179,22 @@ program
         checkpoints: options.quick ? 2 : 5,
       });
       if (!ok) process.exitCode = 1;
+    } finally {
+      await db.close();
+    }
+  });
+
+program
+  .command('profile')
+  .description(
+    "where a tuned drain's time goes: the worker's CPU, its PostgreSQL backends' CPU, their waits and statements",
+  )
+  .option('--jobs <n>', 'jobs drained', int('--jobs'), 100_000)
+  .option('--quick', 'a smoke run (10 000 jobs)')
+  .action(async (options: { jobs: number; quick?: boolean }) => {
+    const db = await benchDatabase();
+    try {
+      await profile({ url: db.url, jobs: options.quick ? 10_000 : options.jobs });
     } finally {
       await db.close();
     }
