@@ -65,7 +65,9 @@ export class Waiters<J extends { state: JobState }> {
    * progress was written (`progress`), until the returned function is called.
    */
   async subscribe(event: JobEvent, fn: (ids: string[]) => void): Promise<() => void> {
-    await this.#listen();
+    const listener = await this.#listen();
+    // progress is announced at every heartbeat of a reporting job: heard only once asked for
+    if (event === 'progress') await listener.listen(channels(this.#schema).progress);
     this.#subscribers[event].add(fn);
     return () => this.#subscribers[event].delete(fn);
   }
@@ -95,7 +97,7 @@ export class Waiters<J extends { state: JobState }> {
       const listener = new Listener({
         label: 'waitFor',
         clientConfig: { ...db.clientConfig, application_name: `tusk waiters pid=${process.pid}` },
-        channels: [names.done, names.progress],
+        channels: [names.done],
         log: this.#log,
         onNotification: (channel, payload) => {
           const ids = payload.split(',');

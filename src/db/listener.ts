@@ -29,6 +29,8 @@ const FIRST_RETRY_MS = 100;
  */
 const MAX_RETRY_MS = 250;
 
+const listenSql = (channel: string) => `LISTEN "${channel.replaceAll('"', '""')}"`;
+
 /**
  * A dedicated connection that LISTENs and holds a session lock (a worker's id, the
  * drainer's). It reconnects by itself, with backoff, after a server restart or a
@@ -55,6 +57,14 @@ export class Listener {
     return this.#connected ? this.#client : null;
   }
 
+  /** Adds a channel: LISTENed now if connected, and on every reconnection. */
+  async listen(channel: string): Promise<void> {
+    if (this.#options.channels.includes(channel)) return;
+    this.#options.channels.push(channel);
+    const client = this.client;
+    if (client) await client.query(listenSql(channel));
+  }
+
   /** Connects once; the first failure is thrown, later ones are retried. */
   async start(): Promise<void> {
     await this.#connect();
@@ -68,8 +78,15 @@ export class Listener {
     client.on('notification', (n) => this.#options.onNotification(n.channel, n.payload ?? ''));
     try {
       await client.connect();
-      for (const channel of this.#options.channels) await client.query(`LISTEN "${channel.replaceAll('"', '""')}"`);
+      let listened = 0;
+      for (; listened < this.#options.channels.length; listened++) {
+        await client.query(listenSql(this.#options.channels[listened] as string));
+      }
       await this.#options.onConnect?.(client);
+      // channels added by listen() while this connection was being made
+      for (; listened < this.#options.channels.length; listened++) {
+        await client.query(listenSql(this.#options.channels[listened] as string));
+      }
     } catch (error) {
       client.removeAllListeners('end');
       await client.end().catch(() => {});
