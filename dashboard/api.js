@@ -59,6 +59,19 @@ for (const end of ['pointerup', 'pointercancel']) {
 const released = () => (pressed ? new Promise((resume) => waiting.push(resume)) : undefined);
 
 /**
+ * The headers of a request to the API: what it accepts, and the token if there is one.
+ * @param {string} accept
+ * @returns {Record<string, string>}
+ */
+function headersFor(accept) {
+  /** @type {Record<string, string>} */
+  const headers = { accept };
+  const t = token.get();
+  if (t) headers.authorization = `Bearer ${t}`;
+  return headers;
+}
+
+/**
  * `api('api/jobs?state=dead')`, `api('api/jobs/4/retry', { method: 'POST' })`. Paths are
  * relative to the page. The answer's type is the caller's to say (the server's response
  * schemas, in types.d.ts).
@@ -68,10 +81,7 @@ const released = () => (pressed ? new Promise((resume) => waiting.push(resume)) 
  * @returns {Promise<T>}
  */
 export async function api(path, { method = 'GET', body } = {}) {
-  /** @type {Record<string, string>} */
-  const headers = { accept: 'application/json' };
-  const t = token.get();
-  if (t) headers.authorization = `Bearer ${t}`;
+  const headers = headersFor('application/json');
   // every write says JSON, with a body or without: the server refuses others (a page of
   // another site could send them)
   if (method !== 'GET') headers['content-type'] = 'application/json';
@@ -97,11 +107,7 @@ export async function api(path, { method = 'GET', body } = {}) {
  * @returns {Promise<void>}
  */
 export async function follow(onEvent, signal) {
-  /** @type {Record<string, string>} */
-  const headers = { accept: 'text/event-stream' };
-  const t = token.get();
-  if (t) headers.authorization = `Bearer ${t}`;
-  const response = await fetch('api/events', { headers, signal });
+  const response = await fetch('api/events', { headers: headersFor('text/event-stream'), signal });
   if (!response.ok || !response.body) throw new ApiError(response.status, await response.text());
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let text = '';
