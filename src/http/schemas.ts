@@ -79,17 +79,23 @@ const onDependencyFailure = dependencyShape.onDependencyFailure.meta({
   description: "when one of them ends dead, cancelled or expired: 'cancel' this job (default) or 'continue'",
 });
 
+/** The fields of a job in a body beside its options: task, payload, times as ISO strings, dependencies. */
+const jobBodyShape = {
+  task: nameSchema(200),
+  payload: z.unknown().optional(),
+  runAt: isoDate.optional(),
+  expiresAt: isoDate.optional(),
+  dependsOn: dependsOnSchema.optional(),
+  onDependencyFailure,
+};
+const oneStart = [
+  (o: { runAt?: unknown; delayMs?: unknown }) => o.runAt === undefined || o.delayMs === undefined,
+  { error: 'give runAt or delayMs, not both' },
+] as const;
+
 export const enqueueOneSchema = z
-  .strictObject({
-    ...jobOptionShape,
-    task: nameSchema(200),
-    payload: z.unknown().optional(),
-    runAt: isoDate.optional(),
-    expiresAt: isoDate.optional(),
-    dependsOn: dependsOnSchema.optional(),
-    onDependencyFailure,
-  })
-  .refine((o) => o.runAt === undefined || o.delayMs === undefined, { error: 'give runAt or delayMs, not both' })
+  .strictObject({ ...jobOptionShape, ...jobBodyShape })
+  .refine(...oneStart)
   .meta({ description: 'One job: its task, payload, and the options of enqueue' });
 
 /**
@@ -100,12 +106,7 @@ const { dedupe: _d, dedupKey: _k, dedupWindowMs: _w, debounce: _b, ...flowOption
 export const flowNodeBody = z
   .strictObject({
     ...flowOptionShape,
-    task: nameSchema(200),
-    payload: z.unknown().optional(),
-    runAt: isoDate.optional(),
-    expiresAt: isoDate.optional(),
-    dependsOn: dependsOnSchema.optional(),
-    onDependencyFailure,
+    ...jobBodyShape,
     children: z
       .array(z.record(z.string(), z.unknown()), {
         error: (issue) => `must be an array of jobs (got ${describe(issue.input)})`,
@@ -113,7 +114,7 @@ export const flowNodeBody = z
       .optional()
       .meta({ description: 'the jobs this one waits for, enqueued with it: objects of this same shape' }),
   })
-  .refine((o) => o.runAt === undefined || o.delayMs === undefined, { error: 'give runAt or delayMs, not both' })
+  .refine(...oneStart)
   .meta({ description: 'A job of a flow and its children (it runs after them), enqueued in one transaction' });
 
 export type FlowNodeBody = Omit<z.output<typeof flowNodeBody>, 'children'> & { children?: FlowNodeBody[] };
