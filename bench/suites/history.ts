@@ -125,7 +125,7 @@ async function runCase(o: HistoryOptions, pool: pg.Pool, name: string): Promise<
   );
   await pool.query(`VACUUM ANALYZE "${SCHEMA}".jobs`);
   say(`timing ${o.claims} claims`);
-  const claims = await timeClaims(pool, SCHEMA, o.claims);
+  const { times: claims } = await timeClaims(pool, SCHEMA, o.claims);
   await pool.query(`VACUUM ANALYZE "${SCHEMA}".jobs`);
   // both cases drain from a checkpointed state: otherwise the fill's gigabytes of WAL are
   // still being checkpointed (and every page's first change logged whole) during the drain
@@ -242,7 +242,7 @@ export async function history(o: HistoryOptions): Promise<boolean> {
     console.log();
     for (const [line, ok] of goals) console.log(`${ok ? 'met   ' : 'MISSED'}  ${line}`);
     console.log(
-      `\nClaims: ${o.claims} calls after one unmeasured one, each in a transaction rolled back. Lookups: ` +
+      `\nClaims: ${o.claims} calls after one unmeasured one, each in a transaction rolled back, after one committed take-up of the backlog. Lookups: ` +
         `${o.lookups} of each, half of recent jobs (drained) and half of any history row; last-100 alternates ` +
         `the drained tenant with the history's ${o.tenants} tenants.`,
     );

@@ -28,6 +28,7 @@ interface CaseResult extends Drain {
   claimMsMean: number;
   claimMsP50: number;
   claimMsAll: number[];
+  takeUpMs: number;
 }
 
 const SCHEMA = 'bench_scaling';
@@ -63,7 +64,7 @@ async function runCase(o: ScalingOptions, pool: pg.Pool, backlog: number): Promi
   const historyRows = Number(rows[0]?.n);
 
   say(`timing ${o.claims} claims`);
-  const claims = await timeClaims(pool, SCHEMA, o.claims);
+  const { takeUpMs, times: claims } = await timeClaims(pool, SCHEMA, o.claims);
   // the rolled-back claims left dead row versions behind
   await pool.query(`VACUUM ANALYZE "${SCHEMA}".jobs`);
 
@@ -74,6 +75,7 @@ async function runCase(o: ScalingOptions, pool: pg.Pool, backlog: number): Promi
     claimMsMean: mean(claims),
     claimMsP50: percentile(claims, 50) ?? Number.NaN,
     claimMsAll: claims.map((t) => Number(t.toFixed(3))),
+    takeUpMs,
     ...drain,
   };
 }
@@ -104,6 +106,7 @@ export async function scaling(o: ScalingOptions): Promise<void> {
         [
           'jobs waiting',
           'job_history rows',
+          'take-up ms (once)',
           'claim ms (mean)',
           'claim ms (p50)',
           'drained',
@@ -114,6 +117,7 @@ export async function scaling(o: ScalingOptions): Promise<void> {
         results.map((r) => [
           r.backlog,
           r.historyRows,
+          fixed(r.takeUpMs),
           fixed(r.claimMsMean),
           fixed(r.claimMsP50),
           r.drained,
@@ -128,7 +132,8 @@ export async function scaling(o: ScalingOptions): Promise<void> {
       `\nlarge ÷ small: claim time ${(large.claimMsMean / small.claimMsMean).toFixed(2)}×, ` +
         `drain rate ${(large.drainRate / small.drainRate).toFixed(2)}× ` +
         `(from the first job: ${(large.drainRateRunning / small.drainRateRunning).toFixed(2)}×)\n` +
-        `Claims: ${o.claims} calls after one unmeasured one, each in a transaction rolled back. ` +
+        `Claims: ${o.claims} calls after one unmeasured one, each in a transaction rolled back, after one ` +
+        `committed take-up of the backlog's (queue, tenant) pairs (what the first claim after a bulk enqueue does once). ` +
         `Drain: min(${o.drain.toLocaleString('en')}, backlog) jobs, the rest of the backlog still waiting, ` +
         `timed from the worker's start (or its first job's) until the store shows them finished.`,
     );
