@@ -71,16 +71,11 @@ describe('tenant rate limits', () => {
     expect(last - first + 1).toBeGreaterThanOrEqual(jobs / limit);
     // while jobs waited, each window between the first and the last had its limit (±1)
     for (let w = first + 1; w < last; w++) expect(windows.get(w) ?? 0).toBeGreaterThanOrEqual(limit - 1);
-    // the other tenant's 300 jobs went through while the metered one waited for windows
+    // the other tenant's 300 jobs went through while the metered one waited for windows:
+    // all of them started before the metered tenant's last job (an order; how many
+    // milliseconds they took depends on how busy the machine is, and is the benches' job)
     expect(started.free).toHaveLength(300);
     expect(Math.max(...(started.free as number[]))).toBeLessThan(Math.max(...(started.metered as number[])));
-    const rounds = await db.rows<{ n: number }>(
-      `SELECT count(*)::int AS n FROM $schema.job_history WHERE queue = 'rate' AND tenant = 'free'
-       AND started_at > (SELECT min(started_at) FROM $schema.job_history WHERE queue = 'rate' AND tenant = 'metered')
-                        + $1 * interval '1 millisecond'`,
-      [3 * perMs],
-    );
-    expect(rounds[0]?.n).toBe(0); // all done within the metered tenant's first windows
   });
 
   it('composes with slots: never more running than the slots, never more starts than the rate', async () => {
