@@ -16,7 +16,7 @@ echo "--- pack"
 tarball="$(ls "$work"/tusk-queue-*.tgz)"
 listing="$(tar -tzf "$tarball")"
 for file in package/dist/index.js package/dist/index.d.ts package/dist/cli/main.js package/LICENSE \
-  package/README.md package/sql/000001_init.sql package/dashboard/index.html; do
+  package/README.md package/sql/000030_baseline.sql package/dashboard/index.html; do
   grep -qx "$file" <<<"$listing" || { echo "the tarball lacks $file" >&2; exit 1; }
 done
 if grep -qE '\.map$|^package/src/' <<<"$listing"; then

@@ -30,7 +30,7 @@ export class TuskValidationError extends TuskError {
   }
 }
 
-/** The database schema is missing, or was migrated by a newer Tusk. */
+/** The database schema is missing, was migrated by a newer Tusk, or predates the baseline. */
 export class TuskSchemaError extends TuskError {
   override name = 'TuskSchemaError';
 }

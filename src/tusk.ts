@@ -250,7 +250,8 @@ export class Tusk<L extends TaskList = TaskList> {
 
   /**
    * Creates or upgrades Tusk's schema. Safe to run from many processes at once.
-   * Throws TuskSchemaError if the database was migrated by a newer Tusk.
+   * Throws TuskSchemaError if the database was migrated by a newer Tusk, or left by a
+   * development build at a version before the baseline (30).
    */
   async migrate(): Promise<MigrateResult> {
     return migrate(await this.pool(), this.schema);

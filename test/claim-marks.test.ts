@@ -3,10 +3,11 @@ import { describe, expect, it } from 'vitest';
 import { useTestDb } from './helpers.js';
 
 // The claim reads each lane from its newest mark on, plus the jobs that arrived since the
-// mark's snapshot (sql/000023_claim_marks.sql). These tests force the interleavings that
-// could make a mark pass a job: a job committed after a later claim's mark, a job made
-// available again behind a mark, a mark renewed by the upkeep, a lane dropped while idle,
-// the arrivals lock held elsewhere, claims in parallel with late commits.
+// mark's snapshot (sql/000030_baseline.sql, part 5, "Claim"). These tests force the
+// interleavings that could make a mark pass a job: a job committed after a later claim's
+// mark, a job made available again behind a mark, a mark renewed by the upkeep, a lane
+// dropped while idle, the arrivals lock held elsewhere, claims in parallel with late
+// commits.
 
 const db = useTestDb(import.meta.url);
 const s = `"${db.schema}"`;

@@ -104,7 +104,7 @@ const TAKEOVER_MARGIN_MS = 1000;
  * one sends at a time: a send ends (or is given up, its signal aborted) within
  * `sendTimeoutMs`, and at once when the drainer loses its connection; one that takes the
  * lock from a drainer that lost it mid-send first waits, by the database's clock, until
- * that send's time and a margin are over (see sql/000012_drainer.sql).
+ * that send's time and a margin are over (see drainer_lease in sql/000030_baseline.sql).
  *
  * Order: each batch is the oldest rows, in staging (id) order, of those committed when it
  * is read. So a job whose transaction committed before another job was staged is

@@ -3,7 +3,7 @@ import type { Queryable } from '../db/queryable.js';
 import { ident, literal } from '../db/schema.js';
 import { SQLSTATE, TuskSchemaError } from '../errors.js';
 import { VERSION } from '../version.js';
-import { LATEST_VERSION, loadMigrations } from './migrations.js';
+import { BASELINE_VERSION, LATEST_VERSION, loadMigrations } from './migrations.js';
 
 /** What `migrate()` did. */
 export interface MigrateResult {
@@ -21,7 +21,9 @@ const MIGRATION_LOCK = -1;
 /**
  * Applies the pending migrations to `schema` in one transaction, under an advisory lock:
  * any number of processes may call it at once; one migrates, the others wait and find
- * nothing left to do. Refuses a schema migrated by a newer Tusk.
+ * nothing left to do. A new schema gets the baseline and the migrations after it. Refuses
+ * a schema migrated by a newer Tusk, and one that predates the baseline; either way it
+ * changes nothing.
  */
 export async function migrate(pool: pg.Pool, schema: string): Promise<MigrateResult> {
   const client = await pool.connect();
@@ -39,6 +41,7 @@ export async function migrate(pool: pg.Pool, schema: string): Promise<MigrateRes
     );
     const from = await currentVersion(client, schema);
     refuseNewer(schema, from);
+    refuseSquashed(schema, from);
     const applied: string[] = [];
     for (const migration of loadMigrations()) {
       if (migration.version <= from) continue;
@@ -73,6 +76,7 @@ export async function checkSchema(db: Queryable, schema: string): Promise<number
     else throw error;
   }
   refuseNewer(schema, version);
+  refuseSquashed(schema, version);
   if (version < LATEST_VERSION) {
     throw new TuskSchemaError(
       version === 0
@@ -92,6 +96,23 @@ function refuseNewer(schema: string, version: number): void {
   if (version > LATEST_VERSION) {
     throw new TuskSchemaError(
       `Tusk schema "${schema}" was migrated by a newer Tusk (schema version ${version}, this Tusk ${VERSION} knows up to ${LATEST_VERSION}): upgrade Tusk`,
+    );
+  }
+}
+
+/**
+ * Refuses a schema that a development build left at a version below the baseline's: the
+ * migrations that would lead from it to the baseline were squashed into the baseline.
+ */
+function refuseSquashed(schema: string, version: number): void {
+  if (version > 0 && version < BASELINE_VERSION) {
+    throw new TuskSchemaError(
+      `Tusk schema "${schema}" is at version ${version}, which predates the squashed history: the migrations of ` +
+        `Tusk's development before 0.1 were squashed into one baseline (version ${BASELINE_VERSION}), and this Tusk ` +
+        `cannot upgrade a schema that stopped part of the way. Either drop the schema (\`DROP SCHEMA ${ident(schema)} ` +
+        `CASCADE\`: its jobs and history are lost) and run \`tusk migrate\` to create it again, or first upgrade it ` +
+        `to version ${BASELINE_VERSION} with the last build of Tusk from before the squash (its sql/ folder holds the ` +
+        `numbered migrations up to version ${BASELINE_VERSION}), then use this one.`,
     );
   }
 }

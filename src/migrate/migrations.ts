@@ -23,3 +23,10 @@ export function loadMigrations(): Migration[] {
 
 /** The newest schema version this code knows. */
 export const LATEST_VERSION: number = loadMigrations().at(-1)?.version ?? 0;
+
+/**
+ * The version of the baseline, `sql/000030_baseline.sql`: the migrations of the development
+ * history before 0.1 were squashed into it. A schema at a lower version (above 0) was made
+ * by a development build from before the squash, and no migration here leads from it.
+ */
+export const BASELINE_VERSION = 30;

@@ -8,9 +8,10 @@ export function roleNames(prefix: string): { producer: string; worker: string; a
 
 /**
  * Creates (if missing) the three NOLOGIN roles and grants them what they need on
- * `schema`, nothing more (see sql/000016_roles.sql). Idempotent: run it again after an
- * upgrade, so that new tables and functions are granted too. Needs CREATEROLE and the
- * schema's ownership (or a superuser).
+ * `schema`, nothing more (the functions they call that run as the schema's owner are
+ * listed in "API tokens and roles", the last part of sql/000030_baseline.sql).
+ * Idempotent: run it again after an upgrade, so that new tables and functions are
+ * granted too. Needs CREATEROLE and the schema's ownership (or a superuser).
  */
 export async function createRoles(db: Queryable, schema: string, prefix: string): Promise<void> {
   const s = ident(schema);

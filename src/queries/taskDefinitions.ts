@@ -1,7 +1,7 @@
 import type { Queryable } from '../db/queryable.js';
 import { ident } from '../db/schema.js';
 
-/** A task's definition as workers record it for producers (see sql/000024). */
+/** A task's definition as workers record it for producers (see task_definitions in sql/000030_baseline.sql). */
 export interface RecordedDefinition {
   task: string;
   tenant: string | null;
