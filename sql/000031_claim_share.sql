@@ -1,19 +1,20 @@
 -- The claim locks (or, for a limited tenant, reads) at most a tenant's share of the batch
--- in each lane, not the whole batch: ceil(what is left / tenants chosen), in rounds while a
--- tenant took its whole share.
+-- in each lane, not the whole batch, and goes round again while a tenant took its whole
+-- share. The share is the water level of the tenants' free slots: tenants with fewer free
+-- slots take them all, the others an equal share of the rest.
 --
 -- Why: with 4 busy unlimited tenants and batches of 1 000 (a worker's default with no-op
 -- jobs), each claim locked up to 1 000 jobs in every lane and took 1 000 of the 4 000: three
 -- row locks wasted for each job claimed, each written to the WAL, and a second worker's
 -- claim, running beside it, walked past the 3 000 locked jobs (SKIP LOCKED) in every lane
--- and could not move the lane's mark past them. Measured in the pressure run's pinned
--- phase (auto_explain): the four lanes' locking 4 x 34 ms of a 342 ms claim, 2 000 index
--- entries walked per lane to lock 1 000.
+-- and could not move the lane's mark past them. Seen in the pressure run's pinned phase
+-- (auto_explain): the four lanes' locking 4 x 34 ms of a 342 ms claim, 2 000 index entries
+-- walked per lane to lock 1 000.
 --
 -- Fairness is unchanged: round-robin by job takes no more than the share from a tenant
--- while each other has as many; when one has fewer, the tenants that took their share go
--- round again for what is left, in the same transaction (their row locks are this
--- transaction's own; their jobs claimed in the first round are no longer available).
+-- while each other has as many. When one has fewer jobs than its share, the tenants that
+-- took their whole share go round again for what is left, in the same transaction (their
+-- row locks are this transaction's own; the jobs it claimed are no longer available).
 
 CREATE OR REPLACE FUNCTION :SCHEMA.claim_jobs(
   p_worker integer,
@@ -58,7 +59,7 @@ BEGIN
   IF p_async_commit THEN
     SET LOCAL synchronous_commit = off;
   END IF;
-  -- Rounds: each tenant chosen takes at most its share of what is left (v_share, below);
+  -- Rounds: each tenant chosen takes at most its share of what is left (`share`, below);
   -- another round follows only when a tenant took its whole share, so it may have more.
   LOOP
     -- (queue, tenant) pairs with work: what other tenants have waiting, however many
@@ -102,11 +103,6 @@ BEGIN
     WHERE pg_try_advisory_xact_lock_shared(v_space, hashtext(u.tenant))
       AND (u.slots IS NOT NULL OR pg_try_advisory_xact_lock_shared(v_space, 0));
     IF cardinality(v_exclusive) + cardinality(v_shared) = 0 THEN RETURN; END IF;
-    -- A tenant's share: round-robin by job takes no more than this from any tenant while
-    -- every other one has as many. Locking (or reading) more, up to v_left in every lane,
-    -- was wasted: with 4 busy tenants a claim locked 4 jobs for each it took, and a
-    -- parallel claim walked past those (SKIP LOCKED) and could not mark past them.
-    v_share := ceil(v_left::numeric / (cardinality(v_exclusive) + cardinality(v_shared)));
 
     -- The lanes of the chosen tenants: a (queue, tenant) pair read in (priority, id) order
     -- across its keys, or, for a tenant with a per-key limit, one lane per key (at most
@@ -139,12 +135,30 @@ BEGIN
          OR (t.tenant = ANY (v_shared) AND lim.n IS NULL AND t.per_key IS NULL AND t.rate_limit IS NULL
              AND NOT t.paused)
     ),
+    -- A tenant's share of the batch: the level s at which the tenants' free slots, each
+    -- capped at s, add up to what is left (water-filling: tenants with fewer free slots
+    -- take them all, the others s each). Round-robin by job takes no more than s from a
+    -- tenant while every other one has jobs. Locking (or reading) more, up to the whole
+    -- batch in every lane, was wasted: with 4 busy tenants a claim locked 4 jobs for each
+    -- it took, and a parallel claim walked past those (SKIP LOCKED) and could not mark
+    -- past them. A tenant with fewer jobs than its share leaves the rest to another round.
+    fill AS (
+      SELECT e.free, row_number() OVER w AS k, count(*) OVER () AS t,
+             coalesce(sum(e.free) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS below
+      FROM elig e WHERE e.free > 0
+      WINDOW w AS (ORDER BY e.free, e.tenant)
+    ),
+    share AS MATERIALIZED (
+      SELECT coalesce((SELECT ceil((v_left - f.below)::numeric / (f.t - f.k + 1))::integer FROM fill f
+                       WHERE f.below + (f.t - f.k + 1) * f.free >= v_left ORDER BY f.k LIMIT 1),
+                      v_left) AS n
+    ),
     lanes AS MATERIALIZED (
-      SELECT l.queue, l.tenant, l.concurrency_key, e.free, e.last_served_at, e.shared,
+      SELECT l.queue, l.tenant, l.concurrency_key, e.free, sh.n AS share, e.last_served_at, e.shared,
              CASE WHEN l.concurrency_key IS NULL OR l.concurrency_key = '' OR e.per_key IS NULL THEN NULL
                   ELSE e.per_key - :SCHEMA.running_now(l.tenant, l.concurrency_key) END AS key_free,
              m.priority AS m_priority, m.id AS m_id, m.xmax AS m_xmax, m.xip AS m_xip, m.snap AS m_snap
-      FROM unnest(v_lanes) l JOIN elig e ON e.tenant = l.tenant
+      FROM unnest(v_lanes) l JOIN elig e ON e.tenant = l.tenant CROSS JOIN share sh
       CROSS JOIN LATERAL :SCHEMA.lane_mark(l.queue, l.tenant) m
       WHERE e.free > 0
     ),
@@ -164,7 +178,7 @@ BEGIN
              AND (j.priority, j.id) > (n.m_priority, n.m_id)
              AND (j.expires_at IS NULL OR j.expires_at > now())
            ORDER BY j.priority, j.id
-           LIMIT least(n.free, v_share))
+           LIMIT least(n.free, n.share))
           UNION ALL
           SELECT a.id, a.tid, a.priority FROM arr a
           WHERE a.queue = n.queue AND a.tenant = n.tenant
@@ -173,7 +187,7 @@ BEGIN
             AND (a.expires_at IS NULL OR a.expires_at > now())
         ) y
         ORDER BY y.priority, y.id
-        LIMIT least(n.free, v_share)
+        LIMIT least(n.free, n.share)
       ) x
       WHERE NOT n.shared AND n.concurrency_key IS NULL
     ),
@@ -191,7 +205,7 @@ BEGIN
                   AND (a.expires_at IS NULL OR a.expires_at > now())))
           AND j.state IS NOT DISTINCT FROM 'available'  -- see the claim below
         ORDER BY j.priority, j.id
-        LIMIT least(n.free, v_share)
+        LIMIT least(n.free, n.share)
         FOR UPDATE OF j SKIP LOCKED
       ) p
       WHERE n.shared
@@ -203,7 +217,7 @@ BEGIN
           AND (j.priority, j.id) > (n.m_priority, n.m_id)
           AND (j.expires_at IS NULL OR j.expires_at > now())
         ORDER BY j.priority, j.id
-        LIMIT least(n.free, v_share) - (SELECT count(*) FROM early e WHERE e.queue = n.queue AND e.tenant = n.tenant)
+        LIMIT least(n.free, n.share) - (SELECT count(*) FROM early e WHERE e.queue = n.queue AND e.tenant = n.tenant)
         FOR UPDATE OF j SKIP LOCKED
       ) p
       WHERE n.shared
@@ -254,7 +268,7 @@ BEGIN
     -- the chosen jobs, each array in the same order (step 4 zips them), and the old marks
     -- of the pair lanes chosen from, for the new marks of step 4
     SELECT c.ids, c.tids, c.queues, c.tenants, c.priorities,
-           m.queues, m.tenants, m.priorities, m.ids, m.snaps
+           m.queues, m.tenants, m.priorities, m.ids, m.snaps, (SELECT s.n FROM share s)
     FROM (SELECT coalesce(array_agg(h.id ORDER BY h.rn, h.last_served_at, h.tenant), '{}') AS ids,
                  array_agg(h.tid ORDER BY h.rn, h.last_served_at, h.tenant) AS tids,
                  array_agg(h.queue ORDER BY h.rn, h.last_served_at, h.tenant) AS queues,
@@ -267,7 +281,7 @@ BEGIN
           WHERE n.concurrency_key IS NULL
             AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant)) m
     INTO v_ids, v_tids, v_queues, v_tenants, v_priorities,
-         v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps;
+         v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps, v_share;
     IF cardinality(v_ids) = 0 THEN RETURN; END IF;
 
     -- 3. Claim them, by tuple id (no index lookups). A job changed meanwhile (cancelled,
