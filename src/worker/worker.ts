@@ -22,6 +22,7 @@ import { equalWeights, sampleOrder, splitByWeight } from '../policies/weights.js
 import { type ClaimedRow, claimJobs } from '../queries/claimJobs.js';
 import { nextDueInMs, promoteDueJobs } from '../queries/dueJobs.js';
 import { type FinalState, finishJobs } from '../queries/finishJobs.js';
+import type { JsonText, OutcomeEntry } from '../queries/outcomes.js';
 import { setProgress } from '../queries/progress.js';
 import { requeueJobs } from '../queries/requeueJobs.js';
 import { selectJobs } from '../queries/selectJob.js';
@@ -70,7 +71,7 @@ export interface WorkerCounters {
 }
 
 /** `final`: a failure no retry can mend (a payload its task's schema refuses). */
-type Outcome = { ok: true; result: string } | { ok: false; error: unknown; final?: boolean };
+type Outcome = { ok: true; result: JsonText } | { ok: false; error: unknown; final?: boolean };
 
 /** 'auto' prefetch buffers about this much work (ms of handler time per slot). */
 const PREFETCH_WINDOW_MS = 25;
@@ -131,8 +132,8 @@ export class Worker {
   /** Outcome writes waiting to retry: the connection's return cuts their wait short. */
   readonly #retryWaiters = new Set<() => void>();
   #settledWaiters: Array<() => void> = [];
-  readonly #finishers: Record<Exclude<FinalState, 'expired'>, Batcher<string>>;
-  readonly #requeuer: Batcher<string>;
+  readonly #finishers: Record<Exclude<FinalState, 'expired'>, Batcher<OutcomeEntry>>;
+  readonly #requeuer: Batcher<OutcomeEntry>;
   /** Timer checking the running jobs' time limits (one for all of them, not one per job). */
   #sweeper: NodeJS.Timeout | null = null;
   #sweepEvery = Number.POSITIVE_INFINITY;
@@ -143,9 +144,9 @@ export class Worker {
     this.#host = host;
     this.#opts = resolveWorkerOptions(options, host.tasks, host.sources.size > 0);
     const finisher = (state: FinalState) =>
-      new Batcher<string>((items) => this.#writeFinished(state, items), this.#opts.batchSize);
+      new Batcher<OutcomeEntry>((entries) => this.#writeFinished(state, entries), this.#opts.batchSize);
     this.#finishers = { succeeded: finisher('succeeded'), dead: finisher('dead'), cancelled: finisher('cancelled') };
-    this.#requeuer = new Batcher<string>((items) => this.#writeRequeued(items), this.#opts.batchSize);
+    this.#requeuer = new Batcher<OutcomeEntry>((entries) => this.#writeRequeued(entries), this.#opts.batchSize);
   }
 
   /** The database, set by start(): every loop and write runs after it. */
@@ -253,7 +254,7 @@ export class Worker {
     await Promise.all(this.#loops);
     await upkeepStopped;
     for (const held of this.#buffer.drain()) {
-      this.#requeuer.add(leaseEntry(held, ',"refund":true'));
+      this.#requeuer.add({ ...leaseEntry(held), refund: true });
     }
     if (this.#active.size > 0) {
       let timer: NodeJS.Timeout | undefined;
@@ -542,34 +543,34 @@ export class Worker {
     if (this.#active.get(row.lease_token) === job) this.#active.delete(row.lease_token);
     const runMs = job.startedAt ? performance.now() - job.startedAt : 0;
     this.#avgRunMs = this.#avgRunMs === null ? runMs : this.#avgRunMs * 0.9 + runMs * 0.1;
-    let extra = '';
+    let stats: JsonText | undefined;
     if (job.stats) {
       try {
-        extra = `,"stats":${toJson(job.stats, 'stats', this.#host.maxPayloadBytes)}`;
+        stats = toJson(job.stats, 'stats', this.#host.maxPayloadBytes);
       } catch (error) {
         if (outcome.ok) outcome = { ok: false, error };
       }
     }
-    const entry = (more: string) =>
-      leaseEntry(
-        job,
-        `,"run_ms":${Math.round(runMs)},"queued_ms":${Math.round((job.startedAt || job.claimedAt) - job.claimedAt)}` +
-          `${extra}${job.progress === null ? '' : `,"progress":${job.progress}`}${more}`,
-      );
+    const entry = leaseEntry(job);
+    entry.runMs = Math.round(runMs);
+    entry.queuedMs = Math.round((job.startedAt || job.claimedAt) - job.claimedAt);
+    if (stats !== undefined) entry.stats = stats;
+    if (job.progress !== null) entry.progress = job.progress;
     const reason = job.reason;
 
     if (job.lost) {
       this.counters.lost++;
     } else if (outcome.ok) {
       this.counters.succeeded++;
-      this.#finishers.succeeded.add(entry(`,"result":${outcome.result}`));
+      entry.result = outcome.result;
+      this.#finishers.succeeded.add(entry);
     } else {
-      const error = `,"error":${JSON.stringify(errorRecord(outcome.error, row.attempts))}`;
+      entry.error = errorRecord(outcome.error, row.attempts);
       if (reason instanceof WorkerStoppingError) {
-        this.#requeuer.add(entry(error));
+        this.#requeuer.add(entry);
       } else if (reason instanceof JobCancelledError) {
         this.counters.cancelled++;
-        this.#finishers.cancelled.add(entry(error));
+        this.#finishers.cancelled.add(entry);
       } else {
         // the job's own retry settings (from its enqueue) over its task's
         const policy = row.retry ? { ...task?.retry, ...(row.retry as RetryPolicy) } : task?.retry;
@@ -578,11 +579,12 @@ export class Worker {
           : decideRetry(policy, outcome.error, row.attempts, row.max_attempts);
         if (decision.retry) {
           this.counters.retried++;
-          const queue = decision.queue ? `,"queue":${JSON.stringify(decision.queue)}` : '';
-          this.#requeuer.add(entry(`${error},"delay_ms":${decision.delayMs}${queue}`));
+          entry.delayMs = decision.delayMs;
+          if (decision.queue) entry.queue = decision.queue;
+          this.#requeuer.add(entry);
         } else {
           this.counters.dead++;
-          this.#finishers.dead.add(entry(error));
+          this.#finishers.dead.add(entry);
         }
       }
     }
@@ -596,19 +598,19 @@ export class Worker {
   /** What ctx.dependencies() reads. */
   readonly #loadJobs: JobLoader = async (ids) => (await selectJobs(this.#pool, this.#host.schema, ids)).map(toJob);
 
-  async #writeFinished(state: FinalState, items: string[]): Promise<void> {
+  async #writeFinished(state: FinalState, entries: OutcomeEntry[]): Promise<void> {
     const done = await this.#retrying(`finishing jobs as ${state}`, () =>
-      finishJobs(this.#pool, this.#host.schema, state, `[${items.join(',')}]`, this.#opts.asyncCommit),
+      finishJobs(this.#pool, this.#host.schema, state, entries, this.#opts.asyncCommit),
     );
-    this.#reportFenced(items.length, done ?? 0, state);
+    this.#reportFenced(entries.length, done ?? 0, state);
     this.#wakeUp();
   }
 
-  async #writeRequeued(items: string[]): Promise<void> {
+  async #writeRequeued(entries: OutcomeEntry[]): Promise<void> {
     const done = await this.#retrying('requeueing jobs', () =>
-      requeueJobs(this.#pool, this.#host.schema, `[${items.join(',')}]`, this.#opts.asyncCommit),
+      requeueJobs(this.#pool, this.#host.schema, entries, this.#opts.asyncCommit),
     );
-    this.#reportFenced(items.length, done ?? 0, 'requeued');
+    this.#reportFenced(entries.length, done ?? 0, 'requeued');
     this.#wakeUp();
   }
 
@@ -839,9 +841,9 @@ export class Worker {
   }
 }
 
-/** The lease part of an outcome entry (finish_jobs, requeue_jobs): the job and its token. */
-function leaseEntry(job: ActiveJob, more = ''): string {
-  return `{"id":"${job.row.id}","token":"${job.row.lease_token}"${more}}`;
+/** The outcome of `job` that says nothing but whose it is: the job and its attempt's lease token. */
+function leaseEntry(job: ActiveJob): OutcomeEntry {
+  return { id: job.row.id, token: job.row.lease_token };
 }
 
 /**
