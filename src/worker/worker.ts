@@ -8,8 +8,6 @@ import { channels } from '../db/schema.js';
 import {
   isConnectionError,
   JobCancelledError,
-  JobTimeoutError,
-  LeaseLostError,
   TuskError,
   TuskValidationError,
   UnknownTaskError,
@@ -36,8 +34,10 @@ import { toJson } from '../validation/json.js';
 import { VERSION } from '../version.js';
 import { ActiveJob, type JobLoader } from './activeJob.js';
 import { Batcher } from './batcher.js';
+import type { WorkerCounters } from './counters.js';
+import { wakeableDelay } from './delay.js';
 import { errorRecord } from './errorRecord.js';
-import { Fifo } from './fifo.js';
+import { HeldJobs } from './heldJobs.js';
 import {
   DEFAULT_TIMEOUT_MS,
   type ResolvedWorkerOptions,
@@ -45,6 +45,10 @@ import {
   type TaskDefinition,
   type WorkerOptions,
 } from './options.js';
+import { TimeLimits } from './timeLimits.js';
+import { Wakeups } from './wakeups.js';
+
+export type { WorkerCounters } from './counters.js';
 
 /** What a worker needs from its Tusk instance. */
 export interface WorkerHost {
@@ -57,17 +61,6 @@ export interface WorkerHost {
   maxPayloadBytes: number;
   database(): Promise<Database>;
   forget(worker: Worker): void;
-}
-
-/** Counts since the worker started. */
-export interface WorkerCounters {
-  claimed: number;
-  succeeded: number;
-  retried: number;
-  dead: number;
-  cancelled: number;
-  /** Attempts whose outcome was dropped because the lease was lost. */
-  lost: number;
 }
 
 /** `final`: a failure no retry can mend (a payload its task's schema refuses). */
@@ -110,18 +103,12 @@ export class Worker {
   #loops: Promise<void>[] = [];
   /** Jobs asked for by claims in flight. */
   #claiming = 0;
-  /** Claimed ahead, not started yet. */
-  readonly #buffer = new Fifo<ActiveJob>();
-  /** Running attempts by lease token: a stale attempt never stands for a newer one of its job. */
-  readonly #active = new Map<string, ActiveJob>();
+  readonly #held: HeldJobs;
   #avgRunMs: number | null = null;
   /** performance.now() when something scheduled is due (by the database's clock). */
   #dueAt: number | null = null;
   #timers: NodeJS.Timeout[] = [];
-  #woken = false;
-  /** Notifications received so far: a claim that overlapped one may have missed its jobs. */
-  #notifications = 0;
-  readonly #sleepers = new Set<() => void>();
+  readonly #wakeups = new Wakeups(() => this.#state === 'running');
   #busy = new Set<string>();
   /** When the last heartbeat that confirmed the held jobs' leases was sent (performance.now()). */
   #leasesCheckedAt = 0;
@@ -131,12 +118,9 @@ export class Worker {
   #reconnects = 0;
   /** Outcome writes waiting to retry: the connection's return cuts their wait short. */
   readonly #retryWaiters = new Set<() => void>();
-  #settledWaiters: Array<() => void> = [];
   readonly #finishers: Record<Exclude<FinalState, 'expired'>, Batcher<OutcomeEntry>>;
   readonly #requeuer: Batcher<OutcomeEntry>;
-  /** Timer checking the running jobs' time limits (one for all of them, not one per job). */
-  #sweeper: NodeJS.Timeout | null = null;
-  #sweepEvery = Number.POSITIVE_INFINITY;
+  readonly #timeLimits: TimeLimits;
   /** Every worker takes part in the queue's upkeep (one process at a time does each part). */
   #upkeep: Upkeep | null = null;
 
@@ -147,6 +131,8 @@ export class Worker {
       new Batcher<OutcomeEntry>((entries) => this.#writeFinished(state, entries), this.#opts.batchSize);
     this.#finishers = { succeeded: finisher('succeeded'), dead: finisher('dead'), cancelled: finisher('cancelled') };
     this.#requeuer = new Batcher<OutcomeEntry>((entries) => this.#writeRequeued(entries), this.#opts.batchSize);
+    this.#held = new HeldJobs(this.counters, (job) => this.#finishers.cancelled.add(leaseEntry(job)));
+    this.#timeLimits = new TimeLimits(() => this.#held.runningJobs());
   }
 
   /** The database, set by start(): every loop and write runs after it. */
@@ -171,7 +157,7 @@ export class Worker {
 
   /** Jobs whose handlers are running now. */
   get running(): number {
-    return this.#active.size;
+    return this.#held.running;
   }
 
   /** Registers the worker and starts claiming. Throws if the schema is not migrated. */
@@ -189,7 +175,8 @@ export class Worker {
         clientConfig: db.clientConfig,
         channels: [names.jobs, names.cancel],
         log: this.#host.log,
-        onNotification: (channel, payload) => (channel === names.cancel ? this.#cancelled(payload) : this.#notified()),
+        onNotification: (channel, payload) =>
+          channel === names.cancel ? this.#held.cancel(payload) : this.#wakeups.notified(),
         onConnect: (client) => this.#register(client),
         onReady: () => this.#reconnected(),
         // the worker may look dead meanwhile and its jobs be handed to others: buffered
@@ -250,25 +237,13 @@ export class Worker {
     this.#state = 'stopping';
     for (const timer of this.#timers) clearInterval(timer);
     const upkeepStopped = this.#upkeep?.stop();
-    this.#wakeUp();
+    this.#wakeups.wakeAll();
     await Promise.all(this.#loops);
     await upkeepStopped;
-    for (const held of this.#buffer.drain()) {
-      this.#requeuer.add({ ...leaseEntry(held), refund: true });
-    }
-    if (this.#active.size > 0) {
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        this.#allSettled(),
-        new Promise<void>((resolve) => {
-          timer = setTimeout(resolve, this.#opts.shutdownTimeoutMs);
-        }),
-      ]);
-      clearTimeout(timer);
-      for (const active of this.#active.values()) active.abort(new WorkerStoppingError());
-      await this.#allSettled();
-    }
-    if (this.#sweeper) clearInterval(this.#sweeper);
+    // never started: given back without counting the attempt
+    for (const job of this.#held.releaseAhead()) this.#requeuer.add({ ...leaseEntry(job), refund: true });
+    await this.#held.stopRunning(this.#opts.shutdownTimeoutMs, new WorkerStoppingError());
+    this.#timeLimits.stop();
     await this.#drainWrites();
     const client = this.#listener?.client;
     if (this.#id !== null && this.#db) {
@@ -284,11 +259,6 @@ export class Worker {
 
   #drainWrites(): Promise<unknown> {
     return Promise.all([...Object.values(this.#finishers), this.#requeuer].map((b) => b.drain()));
-  }
-
-  #allSettled(): Promise<void> {
-    if (this.#active.size === 0) return Promise.resolve();
-    return new Promise((resolve) => this.#settledWaiters.push(resolve));
   }
 
   #queueNames(): string[] | null {
@@ -307,7 +277,7 @@ export class Worker {
     while (this.#state === 'running') {
       const want = this.#want();
       if (want === 0 || this.#id === null || !this.#listener?.connected) {
-        await this.#sleep(this.#opts.pollMs);
+        await this.#wakeups.sleep(this.#opts.pollMs);
         continue;
       }
       let rows: ClaimedRow[];
@@ -316,7 +286,7 @@ export class Worker {
           this.#dueAt = null;
           await promoteDueJobs(db.pool, this.#host.schema);
         }
-        notificationsBefore = this.#notifications;
+        notificationsBefore = this.#wakeups.notifications;
         this.#claiming += want;
         try {
           claimSentAt = performance.now();
@@ -333,15 +303,15 @@ export class Worker {
         if (failures === 1 || failures % 20 === 0) {
           this.#host.log.warn({ err: error, failures }, 'claiming jobs failed; retrying');
         }
-        await this.#sleep(Math.min(CLAIM_RETRY_MAX_MS, 50 * 2 ** failures));
+        await this.#wakeups.sleep(Math.min(CLAIM_RETRY_MAX_MS, 50 * 2 ** failures));
         continue;
       }
       this.counters.claimed += rows.length;
       const claimedAt = performance.now();
       // the lease runs from the claim's start on the server, so after claimSentAt here
       const leaseUntil = claimSentAt + this.#opts.leaseMs - this.#opts.leaseMarginMs;
-      this.#supersede(rows);
-      for (const row of rows) this.#buffer.push(new ActiveJob(row, claimSentAt, claimedAt, leaseUntil));
+      this.#held.supersede(rows);
+      for (const row of rows) this.#held.add(new ActiveJob(row, claimSentAt, claimedAt, leaseUntil));
       this.#pump();
       if (rows.length > 0) {
         // jobs were there: an empty claim next is probably a tenant row locked by another
@@ -351,7 +321,7 @@ export class Worker {
       }
       // a notification came in while this claim ran: its snapshot, or a tenant row another
       // claim held for a moment, may have hidden the new jobs, so look again soon
-      if (emptyBackoffMs === 0 && this.#notifications !== notificationsBefore) emptyBackoffMs = 2;
+      if (emptyBackoffMs === 0 && this.#wakeups.notifications !== notificationsBefore) emptyBackoffMs = 2;
       let waitMs = this.#opts.pollMs;
       if (emptyBackoffMs > 0 && emptyBackoffMs <= 256) {
         waitMs = emptyBackoffMs;
@@ -361,7 +331,7 @@ export class Worker {
       }
       await this.#refreshDue();
       if (this.#dueAt !== null) waitMs = Math.min(waitMs, this.#dueAt - performance.now());
-      await this.#sleep(Math.max(0, waitMs));
+      await this.#wakeups.sleep(Math.max(0, waitMs));
     }
   }
 
@@ -393,7 +363,7 @@ export class Worker {
   /** How many jobs to claim now (0: not worth a round trip yet). */
   #want(): number {
     const ahead = this.#prefetchTarget();
-    const held = this.#active.size + this.#buffer.length;
+    const held = this.#held.running + this.#held.ahead;
     const room = this.#opts.concurrency + ahead - held - this.#claiming;
     const unwritten = this.#requeuer.size + Object.values(this.#finishers).reduce((n, b) => n + b.size, 0);
     if (unwritten > 2 * this.#opts.batchSize) return 0;
@@ -421,50 +391,14 @@ export class Worker {
     }
   }
 
-  #notified(): void {
-    // one claim loop is enough for what a notification announces; the other follows if
-    // that claim comes back full
-    if (this.#state !== 'running') return;
-    this.#notifications++;
-    const [first] = this.#sleepers;
-    if (first) first();
-    else this.#woken = true;
-  }
-
-  #sleep(ms: number): Promise<void> {
-    if (this.#woken || this.#state !== 'running') {
-      this.#woken = false;
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.#sleepers.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.#sleepers.add(done);
-    });
-  }
-
-  #wakeUp(): void {
-    if (this.#sleepers.size === 0) this.#woken = true;
-    for (const wake of [...this.#sleepers]) wake();
-  }
-
   // ---- running -----------------------------------------------------------------------
 
   #pump(): void {
-    while (this.#state === 'running' && this.#active.size < this.#opts.concurrency && this.#buffer.length > 0) {
-      // a buffered job whose lease may have run out while this process stood still (frozen,
-      // a long pause) may be another worker's by now: the heartbeat tells, then we go on
-      const next = this.#buffer.peek() as ActiveJob;
-      if (next.leaseUntil <= performance.now()) {
-        // its lease may be running out on the server: not ours to start any more
-        this.#buffer.shift();
-        this.counters.lost++;
-        continue;
-      }
+    while (this.#state === 'running' && this.#held.running < this.#opts.concurrency) {
+      // a job ahead whose lease may have run out on the server is not ours to start any more
+      this.#held.dropExpiredAhead(performance.now());
+      const next = this.#held.next();
+      if (!next) return;
       // from when the claim was sent: a claim answered after the listening connection was
       // lost may hold jobs already reaped as that dead worker's, so they wait for a heartbeat
       const checkedAt = Math.max(next.claimSentAt, this.#leasesCheckedAt);
@@ -472,9 +406,8 @@ export class Worker {
         void this.#once('heartbeat', () => this.#heartbeat());
         return;
       }
-      const job = this.#buffer.shift() as ActiveJob;
-      this.#active.set(job.row.lease_token, job);
-      void this.#execute(job);
+      this.#held.startNext();
+      void this.#execute(next);
     }
   }
 
@@ -506,7 +439,7 @@ export class Worker {
         }
       }
       const timeoutMs = task.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : task.timeoutMs;
-      if (timeoutMs !== null) this.#watchDeadlines(timeoutMs);
+      if (timeoutMs !== null) this.#timeLimits.watch(timeoutMs);
       const value = await job.run(task.handler, timeoutMs, payload, this.#loadJobs);
       outcome = {
         ok: true,
@@ -518,29 +451,9 @@ export class Worker {
     this.#settle(job, task, outcome);
   }
 
-  /**
-   * Starts (or tightens) the sweep that aborts jobs past their time limit: every quarter
-   * of the shortest limit seen, between 25 ms and 1 s. A timer per job would allocate one
-   * per job, which is measurable at tens of thousands of jobs a second.
-   */
-  #watchDeadlines(timeoutMs: number): void {
-    const every = Math.min(1000, Math.max(25, Math.floor(timeoutMs / 4)));
-    if (this.#sweepEvery <= every) return;
-    if (this.#sweeper) clearInterval(this.#sweeper);
-    this.#sweepEvery = every;
-    this.#sweeper = setInterval(() => {
-      const now = performance.now();
-      for (const job of this.#active.values()) {
-        if (job.deadline <= now && !job.aborted)
-          job.abort(new JobTimeoutError(Math.round(job.deadline - job.startedAt)));
-      }
-    }, every);
-    this.#sweeper.unref();
-  }
-
   #settle(job: ActiveJob, task: TaskDefinition | undefined, outcome: Outcome): void {
     const { row } = job;
-    if (this.#active.get(row.lease_token) === job) this.#active.delete(row.lease_token);
+    this.#held.end(job);
     const runMs = job.startedAt ? performance.now() - job.startedAt : 0;
     this.#avgRunMs = this.#avgRunMs === null ? runMs : this.#avgRunMs * 0.9 + runMs * 0.1;
     let stats: JsonText | undefined;
@@ -588,9 +501,8 @@ export class Worker {
         }
       }
     }
-    if (this.#active.size === 0) for (const resolve of this.#settledWaiters.splice(0)) resolve();
     this.#pump();
-    if (this.#want() > 0) this.#wakeUp();
+    if (this.#want() > 0) this.#wakeups.wakeAll();
   }
 
   // ---- writing outcomes ---------------------------------------------------------------
@@ -603,7 +515,7 @@ export class Worker {
       finishJobs(this.#pool, this.#host.schema, state, entries, this.#opts.asyncCommit),
     );
     this.#reportFenced(entries.length, done ?? 0, state);
-    this.#wakeUp();
+    this.#wakeups.wakeAll();
   }
 
   async #writeRequeued(entries: OutcomeEntry[]): Promise<void> {
@@ -611,7 +523,7 @@ export class Worker {
       requeueJobs(this.#pool, this.#host.schema, entries, this.#opts.asyncCommit),
     );
     this.#reportFenced(entries.length, done ?? 0, 'requeued');
-    this.#wakeUp();
+    this.#wakeups.wakeAll();
   }
 
   #reportFenced(sent: number, written: number, what: string): void {
@@ -635,22 +547,10 @@ export class Worker {
           return null;
         }
         if (attempt === 1) this.#host.log.warn({ err: error }, `${what} failed; retrying`);
-        await this.#pause(Math.min(2000, 25 * 2 ** attempt));
+        // the listening connection's return cuts the wait short (#reconnected)
+        await wakeableDelay(Math.min(2000, 25 * 2 ** attempt), this.#retryWaiters);
       }
     }
-  }
-
-  /** Waits `ms`, or until the listening connection is back if that comes first. */
-  #pause(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.#retryWaiters.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.#retryWaiters.add(done);
-    });
   }
 
   // ---- liveness ----------------------------------------------------------------------
@@ -666,7 +566,7 @@ export class Worker {
     this.#reconnects++;
     for (const wake of [...this.#retryWaiters]) wake();
     void this.#once('heartbeat', () => this.#heartbeat());
-    this.#wakeUp();
+    this.#wakeups.wakeAll();
   }
 
   #every(ms: number, what: string, fn: () => Promise<void>): void {
@@ -690,8 +590,7 @@ export class Worker {
     const db = this.#database;
     if (this.#id === null || !this.#listener?.connected) return;
     const sentAt = performance.now();
-    const held = [...this.#active.values()];
-    for (const job of this.#buffer) held.push(job);
+    const held = this.#held.all();
     const result = await heartbeat(
       db.pool,
       this.#host.schema,
@@ -713,24 +612,24 @@ export class Worker {
       }
     }
     const cancelled = new Set(result.cancelled);
-    const ahead = this.#buffer.length;
+    const ahead = this.#held.ahead;
     for (const job of held) {
-      if (lost.has(job.row.lease_token)) this.#lost(job);
-      else if (cancelled.has(job.row.lease_token)) this.#cancelAttempt(job);
+      if (lost.has(job.row.lease_token)) this.#held.lose(job);
+      else if (cancelled.has(job.row.lease_token)) this.#held.cancelAttempt(job);
     }
-    const dropped = this.#buffer.length < ahead;
+    const dropped = this.#held.ahead < ahead;
     await this.#writeProgress();
     // the leases of the jobs still held run at least half a lease from sentAt
     this.#leasesCheckedAt = sentAt;
     this.#pump();
     // jobs held ahead and dropped (after a break: claims lost in a crash, jobs handed back)
     // leave room no handler's end announces: the claim loops may be asleep for a poll
-    if (dropped && this.#want() > 0) this.#wakeUp();
+    if (dropped && this.#want() > 0) this.#wakeups.wakeAll();
   }
 
   /** The latest ctx.progress() of running jobs, once a heartbeat at most. */
   async #writeProgress(): Promise<void> {
-    const dirty = [...this.#active.values()].filter((j) => j.progressDirty && !j.lost);
+    const dirty = [...this.#held.runningJobs()].filter((j) => j.progressDirty && !j.lost);
     if (dirty.length === 0) return;
     for (const job of dirty) job.progressDirty = false;
     await setProgress(
@@ -776,68 +675,9 @@ export class Worker {
     });
   }
 
-  /** A cancel announced for job `id` (NOTIFY): its attempt held here stops. */
-  #cancelled(id: string): void {
-    for (const job of this.#active.values()) if (job.row.id === id) this.#cancelAttempt(job);
-    const held = [...this.#buffer].find((job) => job.row.id === id);
-    if (held) this.#cancelAttempt(held);
-  }
-
-  /** Stops a running attempt whose cancel was asked for; a buffered one ends cancelled. */
-  #cancelAttempt(job: ActiveJob): void {
-    if (this.#active.get(job.row.lease_token) === job) {
-      job.abort(new JobCancelledError());
-      return;
-    }
-    if (this.#buffer.remove((j) => j === job)) {
-      this.counters.cancelled++;
-      this.#finishers.cancelled.add(leaseEntry(job));
-    }
-  }
-
-  /** The lease of `job` is not held any more: its outcome will be dropped. */
-  #lost(job: ActiveJob, why = 'the lease of this job was lost; another worker may run it'): void {
-    if (this.#active.get(job.row.lease_token) === job) {
-      if (!job.lost) {
-        job.lost = true;
-        job.abort(new LeaseLostError(why));
-      }
-      return;
-    }
-    if (this.#buffer.remove((j) => j === job)) this.counters.lost++;
-  }
-
-  /** A claim returned `rows`: an older attempt of one of their jobs still held here is stale. */
-  #supersede(rows: ClaimedRow[]): void {
-    if (rows.length === 0 || (this.#active.size === 0 && this.#buffer.length === 0)) return;
-    const fresh = new Map(rows.map((r) => [r.id, r.lease_token]));
-    const stale = (job: ActiveJob) => {
-      const token = fresh.get(job.row.id);
-      return token !== undefined && token !== job.row.lease_token;
-    };
-    for (const job of this.#active.values()) {
-      if (stale(job)) this.#lost(job, 'the job was claimed again (its lease had run out)');
-    }
-    this.counters.lost += this.#buffer.removeAll(stale).length;
-  }
-
-  /**
-   * Stops the attempts whose lease the database has not confirmed in time (the worker cut
-   * off from it, or frozen): they stop a margin before another worker could get the job.
-   */
+  /** Stops the attempts whose lease could not be renewed in time; room made wakes the claim loops. */
   #expireLeases(): void {
-    const now = performance.now();
-    for (const job of this.#active.values()) {
-      if (job.leaseUntil <= now && !job.lost) {
-        this.#lost(job, 'the lease of this job could not be renewed in time; it was stopped before it ran out');
-      }
-    }
-    const ahead = this.#buffer.length;
-    while (this.#buffer.length > 0 && (this.#buffer.peek() as ActiveJob).leaseUntil <= now) {
-      this.#buffer.shift();
-      this.counters.lost++;
-    }
-    if (this.#buffer.length < ahead && this.#want() > 0) this.#wakeUp();
+    if (this.#held.expire(performance.now()) && this.#want() > 0) this.#wakeups.wakeAll();
   }
 }
 
