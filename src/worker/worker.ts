@@ -1,18 +1,10 @@
-import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { toJob } from '../client/jobs.js';
 import type { Database } from '../db/connection.js';
 import { Listener } from '../db/listener.js';
 import { channels } from '../db/schema.js';
-import {
-  isConnectionError,
-  JobCancelledError,
-  TuskError,
-  TuskValidationError,
-  UnknownTaskError,
-  WorkerStoppingError,
-} from '../errors.js';
+import { JobCancelledError, TuskError, WorkerStoppingError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkSchema } from '../migrate/migrate.js';
 import { decideRetry, type RetryPolicy } from '../policies/backoff.js';
@@ -24,14 +16,10 @@ import type { JsonText, OutcomeEntry } from '../queries/outcomes.js';
 import { setProgress } from '../queries/progress.js';
 import { requeueJobs } from '../queries/requeueJobs.js';
 import { selectJobs } from '../queries/selectJob.js';
-import { recordDefinitions } from '../queries/taskDefinitions.js';
-import { heartbeat, registerWorker, unregisterWorker } from '../queries/workers.js';
-import { definitionRows } from '../tasks/recorded.js';
-import { validatePayload } from '../tasks/schema.js';
+import { heartbeat } from '../queries/workers.js';
 import type { SourceRegistry } from '../tasks/sources.js';
 import { Upkeep } from '../upkeep/upkeep.js';
 import { toJson } from '../validation/json.js';
-import { VERSION } from '../version.js';
 import { ActiveJob, type JobLoader } from './activeJob.js';
 import { Batcher } from './batcher.js';
 import type { WorkerCounters } from './counters.js';
@@ -39,12 +27,14 @@ import { wakeableDelay } from './delay.js';
 import { errorRecord } from './errorRecord.js';
 import { HeldJobs } from './heldJobs.js';
 import {
-  DEFAULT_TIMEOUT_MS,
+  queueNames,
   type ResolvedWorkerOptions,
   resolveWorkerOptions,
   type TaskDefinition,
   type WorkerOptions,
 } from './options.js';
+import { Registration } from './registration.js';
+import { type AttemptContext, type Outcome, runAttempt, taskOf } from './runAttempt.js';
 import { TimeLimits } from './timeLimits.js';
 import { Wakeups } from './wakeups.js';
 
@@ -62,9 +52,6 @@ export interface WorkerHost {
   database(): Promise<Database>;
   forget(worker: Worker): void;
 }
-
-/** `final`: a failure no retry can mend (a payload its task's schema refuses). */
-type Outcome = { ok: true; result: JsonText } | { ok: false; error: unknown; final?: boolean };
 
 /** 'auto' prefetch buffers about this much work (ms of handler time per slot). */
 const PREFETCH_WINDOW_MS = 25;
@@ -97,7 +84,7 @@ export class Worker {
   readonly #opts: ResolvedWorkerOptions;
   #db: Database | null = null;
   #listener: Listener | null = null;
-  #id: number | null = null;
+  readonly #registration: Registration;
   #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
   #stopped: Promise<void> | null = null;
   #loops: Promise<void>[] = [];
@@ -112,15 +99,12 @@ export class Worker {
   #busy = new Set<string>();
   /** When the last heartbeat that confirmed the held jobs' leases was sent (performance.now()). */
   #leasesCheckedAt = 0;
-  /** When the listening connection (which holds the worker's lock) was last lost. */
-  #disconnectedAt = Number.NEGATIVE_INFINITY;
-  /** Times the listening connection came back: a failure before the last one is stale. */
-  #reconnects = 0;
   /** Outcome writes waiting to retry: the connection's return cuts their wait short. */
   readonly #retryWaiters = new Set<() => void>();
   readonly #finishers: Record<Exclude<FinalState, 'expired'>, Batcher<OutcomeEntry>>;
   readonly #requeuer: Batcher<OutcomeEntry>;
   readonly #timeLimits: TimeLimits;
+  readonly #attempts: AttemptContext;
   /** Every worker takes part in the queue's upkeep (one process at a time does each part). */
   #upkeep: Upkeep | null = null;
 
@@ -131,6 +115,14 @@ export class Worker {
       new Batcher<OutcomeEntry>((entries) => this.#writeFinished(state, entries), this.#opts.batchSize);
     this.#finishers = { succeeded: finisher('succeeded'), dead: finisher('dead'), cancelled: finisher('cancelled') };
     this.#requeuer = new Batcher<OutcomeEntry>((entries) => this.#writeRequeued(entries), this.#opts.batchSize);
+    this.#registration = new Registration(host.schema, host.log, this.#opts);
+    this.#attempts = {
+      tasks: this.#opts.tasks,
+      sources: host.sources,
+      maxPayloadBytes: host.maxPayloadBytes,
+      load: this.#loadJobs,
+      watch: (timeoutMs) => this.#timeLimits.watch(timeoutMs),
+    };
     this.#held = new HeldJobs(this.counters, (job) => this.#finishers.cancelled.add(leaseEntry(job)));
     this.#timeLimits = new TimeLimits(() => this.#held.runningJobs());
   }
@@ -147,7 +139,7 @@ export class Worker {
 
   /** The worker's id in the workers table (null before start). */
   get id(): number | null {
-    return this.#id;
+    return this.#registration.id;
   }
 
   /** Where the worker is in its life. */
@@ -168,7 +160,7 @@ export class Worker {
       const db = await this.#host.database();
       this.#db = db;
       await checkSchema(db.pool, this.#host.schema);
-      await this.#recordDefinitions(db.pool);
+      await this.#registration.recordDefinitions(db.pool, this.#opts.tasks);
       const names = channels(this.#host.schema);
       this.#listener = new Listener({
         label: 'worker',
@@ -177,13 +169,11 @@ export class Worker {
         log: this.#host.log,
         onNotification: (channel, payload) =>
           channel === names.cancel ? this.#held.cancel(payload) : this.#wakeups.notified(),
-        onConnect: (client) => this.#register(client),
+        onConnect: (client) => this.#registration.register(client),
         onReady: () => this.#reconnected(),
         // the worker may look dead meanwhile and its jobs be handed to others: buffered
         // jobs wait for a heartbeat on the new connection before they start
-        onDisconnect: () => {
-          this.#disconnectedAt = performance.now();
-        },
+        onDisconnect: () => this.#registration.disconnected(),
       });
       await this.#listener.start();
     } catch (error) {
@@ -213,7 +203,7 @@ export class Worker {
     // the other's jobs (claims of unlimited tenants run in parallel)
     this.#loops = [this.#fetchLoop(), this.#fetchLoop()];
     this.#host.log.info(
-      { worker: this.#id, concurrency: this.#opts.concurrency, queues: this.#queueNames() ?? 'all' },
+      { worker: this.id, concurrency: this.#opts.concurrency, queues: queueNames(this.#opts.queues) ?? 'all' },
       'worker started',
     );
   }
@@ -245,24 +235,15 @@ export class Worker {
     await this.#held.stopRunning(this.#opts.shutdownTimeoutMs, new WorkerStoppingError());
     this.#timeLimits.stop();
     await this.#drainWrites();
-    const client = this.#listener?.client;
-    if (this.#id !== null && this.#db) {
-      await unregisterWorker(client ?? this.#db.pool, this.#host.schema, this.#id).catch((error) =>
-        this.#host.log.warn({ err: error }, 'could not unregister the worker'),
-      );
-    }
+    if (this.#db) await this.#registration.unregister(this.#listener?.client ?? this.#db.pool);
     await this.#listener?.stop();
     this.#state = 'stopped';
     this.#host.forget(this);
-    this.#host.log.info({ worker: this.#id, ...this.counters }, 'worker stopped');
+    this.#host.log.info({ worker: this.id, ...this.counters }, 'worker stopped');
   }
 
   #drainWrites(): Promise<unknown> {
     return Promise.all([...Object.values(this.#finishers), this.#requeuer].map((b) => b.drain()));
-  }
-
-  #queueNames(): string[] | null {
-    return this.#opts.queues?.map(([name]) => name) ?? null;
   }
 
   // ---- fetching ----------------------------------------------------------------------
@@ -276,7 +257,8 @@ export class Worker {
     let failedAt = 0;
     while (this.#state === 'running') {
       const want = this.#want();
-      if (want === 0 || this.#id === null || !this.#listener?.connected) {
+      const registered = this.#registration.id;
+      if (want === 0 || registered === null || !this.#listener?.connected) {
         await this.#wakeups.sleep(this.#opts.pollMs);
         continue;
       }
@@ -290,15 +272,16 @@ export class Worker {
         this.#claiming += want;
         try {
           claimSentAt = performance.now();
-          rows = await this.#claim(db, this.#id, want);
+          // the id now: a re-registration during the promotion may have changed it
+          rows = await this.#claim(db, this.#registration.id ?? registered, want);
         } finally {
           this.#claiming -= want;
         }
         failures = 0;
       } catch (error) {
         // the failures before a reconnect say nothing of the new connection
-        if (failedAt !== this.#reconnects) failures = 0;
-        failedAt = this.#reconnects;
+        if (failedAt !== this.#registration.reconnects) failures = 0;
+        failedAt = this.#registration.reconnects;
         failures++;
         if (failures === 1 || failures % 20 === 0) {
           this.#host.log.warn({ err: error, failures }, 'claiming jobs failed; retrying');
@@ -344,7 +327,7 @@ export class Worker {
     const claim = (queues: string[] | null, limit: number) =>
       claimJobs(db.pool, this.#host.schema, { worker, limit, leaseMs: this.#opts.leaseMs, queues, asyncCommit: true });
     const queues = this.#opts.queues;
-    if (!queues || equalWeights(queues)) return claim(this.#queueNames(), want);
+    if (!queues || equalWeights(queues)) return claim(queueNames(queues), want);
     const split = splitByWeight(queues, want);
     const asked = new Set(split.map(([q]) => q));
     const rest = sampleOrder(queues.filter(([q]) => !asked.has(q))).map((q): [string, number] => [q, 0]);
@@ -402,7 +385,7 @@ export class Worker {
       // from when the claim was sent: a claim answered after the listening connection was
       // lost may hold jobs already reaped as that dead worker's, so they wait for a heartbeat
       const checkedAt = Math.max(next.claimSentAt, this.#leasesCheckedAt);
-      if (performance.now() - checkedAt > this.#opts.leaseMs / 2 || checkedAt < this.#disconnectedAt) {
+      if (performance.now() - checkedAt > this.#opts.leaseMs / 2 || checkedAt < this.#registration.disconnectedAt) {
         void this.#once('heartbeat', () => this.#heartbeat());
         return;
       }
@@ -412,43 +395,8 @@ export class Worker {
   }
 
   async #execute(job: ActiveJob): Promise<void> {
-    const task = this.#opts.tasks.get(job.row.task) ?? this.#host.sources.definition(job.row.task);
-    let outcome: Outcome;
-    try {
-      if (!task?.handler) {
-        const known =
-          [...this.#opts.tasks.entries()]
-            .filter(([, t]) => t.handler)
-            .map(([k]) => JSON.stringify(k))
-            .concat(this.#host.sources.names())
-            .join(', ') || 'none';
-        throw new UnknownTaskError(
-          `no handler for task ${JSON.stringify(job.row.task)} in this worker (it has: ${known})`,
-        );
-      }
-      let payload = job.row.payload;
-      if (task.schema) {
-        try {
-          payload = await validatePayload(task.schema, payload, 'payload', job.row.task);
-        } catch (error) {
-          if (error instanceof TuskValidationError) {
-            this.#settle(job, task, { ok: false, error, final: true });
-            return;
-          }
-          throw error;
-        }
-      }
-      const timeoutMs = task.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : task.timeoutMs;
-      if (timeoutMs !== null) this.#timeLimits.watch(timeoutMs);
-      const value = await job.run(task.handler, timeoutMs, payload, this.#loadJobs);
-      outcome = {
-        ok: true,
-        result: value === undefined ? 'null' : toJson(value, 'result', this.#host.maxPayloadBytes),
-      };
-    } catch (error) {
-      outcome = { ok: false, error };
-    }
-    this.#settle(job, task, outcome);
+    const task = taskOf(job, this.#attempts);
+    this.#settle(job, task, await runAttempt(job, task, this.#attempts));
   }
 
   #settle(job: ActiveJob, task: TaskDefinition | undefined, outcome: Outcome): void {
@@ -563,7 +511,7 @@ export class Worker {
    */
   #reconnected(): void {
     if (this.#state !== 'running') return;
-    this.#reconnects++;
+    this.#registration.reconnected();
     for (const wake of [...this.#retryWaiters]) wake();
     void this.#once('heartbeat', () => this.#heartbeat());
     this.#wakeups.wakeAll();
@@ -588,19 +536,20 @@ export class Worker {
 
   async #heartbeat(): Promise<void> {
     const db = this.#database;
-    if (this.#id === null || !this.#listener?.connected) return;
+    const worker = this.#registration.id;
+    if (worker === null || !this.#listener?.connected) return;
     const sentAt = performance.now();
     const held = this.#held.all();
     const result = await heartbeat(
       db.pool,
       this.#host.schema,
-      this.#id,
+      worker,
       { ids: held.map((j) => j.row.id), tokens: held.map((j) => j.row.lease_token) },
       this.#opts.leaseMs,
     );
     if (!result.alive && this.#listener.client) {
       // our row was reaped while the connection lived on (e.g. after a long stall)
-      await this.#register(this.#listener.client);
+      await this.#registration.register(this.#listener.client);
     }
     const lost = new Set(result.lost);
     if (result.lease_left_ms !== null) {
@@ -637,42 +586,6 @@ export class Worker {
       this.#host.schema,
       dirty.map((j) => ({ id: j.row.id, token: j.row.lease_token, progress: j.progress as string })),
     );
-  }
-
-  /** The worker's name in the workers table and on the task definitions it records. */
-  get #name(): string {
-    return this.#opts.name ?? `${hostname()}:${process.pid}`;
-  }
-
-  /**
-   * Records its tasks' definitions for producers that do not load the task list. A refusal
-   * (a role without the privilege) is logged and the worker runs on; a lost connection
-   * fails the start like any other.
-   */
-  async #recordDefinitions(pool: pg.Pool): Promise<void> {
-    try {
-      await recordDefinitions(
-        pool,
-        this.#host.schema,
-        definitionRows(this.#opts.tasks, this.#name, DEFAULT_TIMEOUT_MS),
-      );
-    } catch (error) {
-      if (isConnectionError(error)) throw error;
-      this.#host.log.warn({ err: error }, 'the task definitions could not be recorded for producers');
-    }
-  }
-
-  /** Registers (or re-registers, keeping its id) the worker on its listening connection. */
-  async #register(client: pg.Client): Promise<void> {
-    this.#id = await registerWorker(client, this.#host.schema, {
-      id: this.#id,
-      name: this.#name,
-      host: hostname(),
-      pid: process.pid,
-      queues: this.#queueNames(),
-      concurrency: this.#opts.concurrency,
-      version: VERSION,
-    });
   }
 
   /** Stops the attempts whose lease could not be renewed in time; room made wakes the claim loops. */
