@@ -18,6 +18,7 @@ export class HeldJobs {
   readonly #ahead = new Fifo<ActiveJob>();
   /** Running attempts by lease token: a stale attempt never stands for a newer one of its job. */
   readonly #running = new Map<string, ActiveJob>();
+  /** A shutdown waiting for the running attempts to end. */
   #settledWaiters: Array<() => void> = [];
 
   constructor(counters: WorkerCounters, cancelledAhead: (job: ActiveJob) => void) {
@@ -35,6 +36,7 @@ export class HeldJobs {
     return this.#ahead.length;
   }
 
+  /** The running attempts (for the sweeps over them: time limits, progress). */
   runningJobs(): IterableIterator<ActiveJob> {
     return this.#running.values();
   }

@@ -13,6 +13,7 @@ import type { Outcome } from './runAttempt.js';
 export interface Settling {
   counters: WorkerCounters;
   outcomes: Pick<OutcomeWriter, 'finish' | 'requeue'>;
+  /** Largest `ctx.stats()` as JSON: larger fails the attempt. */
   maxPayloadBytes: number;
 }
 
