@@ -22,7 +22,7 @@ import { cancelJob } from './queries/cancelJob.js';
 import { type DeleteOutcome, deleteJobs } from './queries/deleteJobs.js';
 import { maintainHistory, type PruneBatch, selectFinishedJobs } from './queries/history.js';
 import { insertJob, insertJobsDedup, insertJobsFlow } from './queries/insertJobs.js';
-import { ackJob, extendLease, fetchJobs, leaseState, nackJob } from './queries/leases.js';
+import { ackJob, extendLease, fetchJobs, leaseState, type NackOutcome, nackJob } from './queries/leases.js';
 import { retryJobs, selectRetryable } from './queries/retryJobs.js';
 import { selectJob } from './queries/selectJob.js';
 import { countStaged, stageJobs } from './queries/staged.js';
@@ -538,7 +538,7 @@ export class Tusk<L extends TaskList = TaskList> {
   async ack(lease: Lease, result?: unknown): Promise<void> {
     const { id, token } = parse(leaseSchema, lease, 'lease');
     const json = toJson(result, 'result', this.#maxPayloadBytes);
-    if (!(await this.#write(undefined, (db) => ackJob(db, this.schema, id, token, json)))) {
+    if (!(await this.#write(undefined, (db) => ackJob(db, this.schema, { id, token, result: json })))) {
       throw await this.#leaseLost('ack', id, token);
     }
   }
@@ -550,8 +550,13 @@ export class Tusk<L extends TaskList = TaskList> {
   async nack(lease: Lease, options: { delayMs?: number; error?: string } = {}): Promise<JobState> {
     const { id, token } = parse(leaseSchema, lease, 'lease');
     const o = parse(nackOptionsSchema, options, 'options');
-    const error = o.error === undefined ? null : JSON.stringify({ message: o.error });
-    const state = await this.#write(undefined, (db) => nackJob(db, this.schema, id, token, o.delayMs ?? 0, error));
+    const outcome: NackOutcome = {
+      id,
+      token,
+      delayMs: o.delayMs,
+      error: o.error === undefined ? undefined : { message: o.error },
+    };
+    const state = await this.#write(undefined, (db) => nackJob(db, this.schema, outcome));
     if (!state) throw await this.#leaseLost('nack', id, token);
     return state as JobState;
   }

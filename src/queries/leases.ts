@@ -1,6 +1,8 @@
 import type { Queryable } from '../db/queryable.js';
 import { ident } from '../db/schema.js';
+import type { JobError } from '../types.js';
 import { CLAIMED_COLUMNS, type ClaimedRow } from './claimJobs.js';
+import { errorJson, type OutcomeEntry } from './outcomes.js';
 
 /** A leased job as fetch_jobs returns it. */
 export interface LeasedRow extends ClaimedRow {
@@ -23,30 +25,24 @@ export async function fetchJobs(
 export async function ackJob(
   db: Queryable,
   schema: string,
-  id: string,
-  token: string,
-  result: string,
+  outcome: Pick<OutcomeEntry, 'id' | 'token' | 'result'>,
 ): Promise<boolean> {
   const { rows } = await db.query<{ ok: boolean }>(`SELECT ${ident(schema)}.ack_job($1, $2, $3::jsonb) AS ok`, [
-    id,
-    token,
-    result,
+    outcome.id,
+    outcome.token,
+    outcome.result ?? null,
   ]);
   return rows[0]?.ok ?? false;
 }
 
+/** A consumer's nack: its `error` fields go over the record nack_job writes (name 'Nack', attempt, time). */
+export type NackOutcome = Pick<OutcomeEntry, 'id' | 'token' | 'delayMs'> & { error?: Partial<JobError> };
+
 /** The job's state after the nack, null if the lease is not held any more. */
-export async function nackJob(
-  db: Queryable,
-  schema: string,
-  id: string,
-  token: string,
-  delayMs: number,
-  error: string | null,
-): Promise<string | null> {
+export async function nackJob(db: Queryable, schema: string, outcome: NackOutcome): Promise<string | null> {
   const { rows } = await db.query<{ state: string | null }>(
     `SELECT ${ident(schema)}.nack_job($1, $2, $3, $4::jsonb)::text AS state`,
-    [id, token, delayMs, error],
+    [outcome.id, outcome.token, outcome.delayMs ?? 0, outcome.error === undefined ? null : errorJson(outcome.error)],
   );
   return rows[0]?.state ?? null;
 }

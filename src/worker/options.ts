@@ -163,3 +163,8 @@ export function resolveWorkerOptions(
     name: o.name,
   };
 }
+
+/** The names of the queues a worker serves (`queues` resolved); null: all of them. */
+export function queueNames(queues: ResolvedWorkerOptions['queues']): string[] | null {
+  return queues?.map(([name]) => name) ?? null;
+}

@@ -1,49 +1,33 @@
-import { hostname } from 'node:os';
-import { performance } from 'node:perf_hooks';
-import type pg from 'pg';
 import { toJob } from '../client/jobs.js';
 import type { Database } from '../db/connection.js';
 import { Listener } from '../db/listener.js';
 import { channels } from '../db/schema.js';
-import {
-  isConnectionError,
-  JobCancelledError,
-  JobTimeoutError,
-  LeaseLostError,
-  TuskError,
-  TuskValidationError,
-  UnknownTaskError,
-  WorkerStoppingError,
-} from '../errors.js';
+import { TuskError, WorkerStoppingError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { checkSchema } from '../migrate/migrate.js';
-import { decideRetry, type RetryPolicy } from '../policies/backoff.js';
-import { equalWeights, sampleOrder, splitByWeight } from '../policies/weights.js';
-import { type ClaimedRow, claimJobs } from '../queries/claimJobs.js';
-import { nextDueInMs, promoteDueJobs } from '../queries/dueJobs.js';
-import { type FinalState, finishJobs } from '../queries/finishJobs.js';
-import { setProgress } from '../queries/progress.js';
-import { requeueJobs } from '../queries/requeueJobs.js';
 import { selectJobs } from '../queries/selectJob.js';
-import { recordDefinitions } from '../queries/taskDefinitions.js';
-import { heartbeat, registerWorker, unregisterWorker } from '../queries/workers.js';
-import { definitionRows } from '../tasks/recorded.js';
-import { validatePayload } from '../tasks/schema.js';
 import type { SourceRegistry } from '../tasks/sources.js';
 import { Upkeep } from '../upkeep/upkeep.js';
-import { toJson } from '../validation/json.js';
-import { VERSION } from '../version.js';
-import { ActiveJob, type JobLoader } from './activeJob.js';
-import { Batcher } from './batcher.js';
-import { errorRecord } from './errorRecord.js';
-import { Fifo } from './fifo.js';
+import type { ActiveJob } from './activeJob.js';
+import { ClaimLoop } from './claimLoop.js';
+import type { WorkerCounters } from './counters.js';
+import { Heartbeats } from './heartbeats.js';
+import { HeldJobs } from './heldJobs.js';
 import {
-  DEFAULT_TIMEOUT_MS,
+  queueNames,
   type ResolvedWorkerOptions,
   resolveWorkerOptions,
   type TaskDefinition,
   type WorkerOptions,
 } from './options.js';
+import { OutcomeWriter } from './outcomeWriter.js';
+import { Registration } from './registration.js';
+import { type AttemptContext, type Outcome, runAttempt, taskOf } from './runAttempt.js';
+import { leaseEntry, type Settling, settleAttempt } from './settle.js';
+import { TimeLimits } from './timeLimits.js';
+import { Wakeups } from './wakeups.js';
+
+export type { WorkerCounters } from './counters.js';
 
 /** What a worker needs from its Tusk instance. */
 export interface WorkerHost {
@@ -58,30 +42,17 @@ export interface WorkerHost {
   forget(worker: Worker): void;
 }
 
-/** Counts since the worker started. */
-export interface WorkerCounters {
-  claimed: number;
-  succeeded: number;
-  retried: number;
-  dead: number;
-  cancelled: number;
-  /** Attempts whose outcome was dropped because the lease was lost. */
-  lost: number;
+/** What start() sets up once the database is open: the parts that talk to it. */
+interface Run {
+  db: Database;
+  /** The listening connection: NOTIFYs in, and the worker's registration (its lock) held. */
+  listener: Listener;
+  outcomes: OutcomeWriter;
+  claims: ClaimLoop;
+  heartbeats: Heartbeats;
+  attempts: AttemptContext;
+  settling: Settling;
 }
-
-/** `final`: a failure no retry can mend (a payload its task's schema refuses). */
-type Outcome = { ok: true; result: string } | { ok: false; error: unknown; final?: boolean };
-
-/** 'auto' prefetch buffers about this much work (ms of handler time per slot). */
-const PREFETCH_WINDOW_MS = 25;
-const MAX_AUTO_PREFETCH = 2000;
-/**
- * Failed claims are retried at most this far apart, as often as an idle worker polls by
- * default: waiting longer spares the database nothing and left the worker idle for up to
- * 5 s after its claims worked again (claims can fail while the listening connection stays
- * up, so no reconnect wakes the loop).
- */
-const CLAIM_RETRY_MAX_MS = 1000;
 
 /**
  * Runs jobs: claims them in batches (fairly across tenants), runs their handlers with
@@ -101,66 +72,36 @@ export class Worker {
   readonly counters: WorkerCounters = { claimed: 0, succeeded: 0, retried: 0, dead: 0, cancelled: 0, lost: 0 };
   readonly #host: WorkerHost;
   readonly #opts: ResolvedWorkerOptions;
-  #db: Database | null = null;
-  #listener: Listener | null = null;
-  #id: number | null = null;
+  readonly #registration: Registration;
+  readonly #held: HeldJobs;
+  readonly #wakeups = new Wakeups(() => this.#state === 'running');
+  readonly #timeLimits: TimeLimits;
   #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
+  #run: Run | null = null;
   #stopped: Promise<void> | null = null;
   #loops: Promise<void>[] = [];
-  /** Jobs asked for by claims in flight. */
-  #claiming = 0;
-  /** Claimed ahead, not started yet. */
-  readonly #buffer = new Fifo<ActiveJob>();
-  /** Running attempts by lease token: a stale attempt never stands for a newer one of its job. */
-  readonly #active = new Map<string, ActiveJob>();
-  #avgRunMs: number | null = null;
-  /** performance.now() when something scheduled is due (by the database's clock). */
-  #dueAt: number | null = null;
-  #timers: NodeJS.Timeout[] = [];
-  #woken = false;
-  /** Notifications received so far: a claim that overlapped one may have missed its jobs. */
-  #notifications = 0;
-  readonly #sleepers = new Set<() => void>();
-  #busy = new Set<string>();
-  /** When the last heartbeat that confirmed the held jobs' leases was sent (performance.now()). */
-  #leasesCheckedAt = 0;
-  /** When the listening connection (which holds the worker's lock) was last lost. */
-  #disconnectedAt = Number.NEGATIVE_INFINITY;
-  /** Times the listening connection came back: a failure before the last one is stale. */
-  #reconnects = 0;
-  /** Outcome writes waiting to retry: the connection's return cuts their wait short. */
-  readonly #retryWaiters = new Set<() => void>();
-  #settledWaiters: Array<() => void> = [];
-  readonly #finishers: Record<Exclude<FinalState, 'expired'>, Batcher<string>>;
-  readonly #requeuer: Batcher<string>;
-  /** Timer checking the running jobs' time limits (one for all of them, not one per job). */
-  #sweeper: NodeJS.Timeout | null = null;
-  #sweepEvery = Number.POSITIVE_INFINITY;
+  /** Timer stopping the attempts whose lease could not be renewed in time. */
+  #expiry: NodeJS.Timeout | null = null;
   /** Every worker takes part in the queue's upkeep (one process at a time does each part). */
   #upkeep: Upkeep | null = null;
 
   constructor(host: WorkerHost, options: WorkerOptions) {
     this.#host = host;
     this.#opts = resolveWorkerOptions(options, host.tasks, host.sources.size > 0);
-    const finisher = (state: FinalState) =>
-      new Batcher<string>((items) => this.#writeFinished(state, items), this.#opts.batchSize);
-    this.#finishers = { succeeded: finisher('succeeded'), dead: finisher('dead'), cancelled: finisher('cancelled') };
-    this.#requeuer = new Batcher<string>((items) => this.#writeRequeued(items), this.#opts.batchSize);
+    this.#registration = new Registration(host.schema, host.log, this.#opts);
+    this.#held = new HeldJobs(this.counters, (job) => this.#live.outcomes.finish('cancelled', leaseEntry(job)));
+    this.#timeLimits = new TimeLimits(() => this.#held.runningJobs());
   }
 
-  /** The database, set by start(): every loop and write runs after it. */
-  get #database(): Database {
-    if (!this.#db) throw new TuskError('the worker is not started');
-    return this.#db;
-  }
-
-  get #pool(): pg.Pool {
-    return this.#database.pool;
+  /** The parts set up by start(): every loop and write runs after it. */
+  get #live(): Run {
+    if (!this.#run) throw new TuskError('the worker is not started');
+    return this.#run;
   }
 
   /** The worker's id in the workers table (null before start). */
   get id(): number | null {
-    return this.#id;
+    return this.#registration.id;
   }
 
   /** Where the worker is in its life. */
@@ -170,44 +111,31 @@ export class Worker {
 
   /** Jobs whose handlers are running now. */
   get running(): number {
-    return this.#active.size;
+    return this.#held.running;
   }
 
   /** Registers the worker and starts claiming. Throws if the schema is not migrated. */
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new TuskError(`worker cannot start: it is ${this.#state}`);
     this.#state = 'starting';
+    let run: Run;
     try {
       const db = await this.#host.database();
-      this.#db = db;
       await checkSchema(db.pool, this.#host.schema);
-      await this.#recordDefinitions(db.pool);
-      const names = channels(this.#host.schema);
-      this.#listener = new Listener({
-        label: 'worker',
-        clientConfig: db.clientConfig,
-        channels: [names.jobs, names.cancel],
-        log: this.#host.log,
-        onNotification: (channel, payload) => (channel === names.cancel ? this.#cancelled(payload) : this.#notified()),
-        onConnect: (client) => this.#register(client),
-        onReady: () => this.#reconnected(),
-        // the worker may look dead meanwhile and its jobs be handed to others: buffered
-        // jobs wait for a heartbeat on the new connection before they start
-        onDisconnect: () => {
-          this.#disconnectedAt = performance.now();
-        },
-      });
-      await this.#listener.start();
+      await this.#registration.recordDefinitions(db.pool, this.#opts.tasks);
+      run = this.#setUp(db);
+      this.#run = run;
+      await run.listener.start();
     } catch (error) {
       this.#state = 'stopped';
-      await this.#listener?.stop();
+      await this.#run?.listener.stop();
       this.#host.forget(this);
       throw error;
     }
     this.#state = 'running';
-    this.#every(this.#opts.heartbeatMs, 'heartbeat', () => this.#heartbeat());
+    run.heartbeats.start();
     const expiryEvery = Math.max(10, Math.min(250, Math.floor(this.#opts.leaseMarginMs / 4)));
-    this.#timers.push(setInterval(() => this.#expireLeases(), expiryEvery));
+    this.#expiry = setInterval(() => this.#expireLeases(), expiryEvery);
     this.#upkeep = new Upkeep(
       {
         schema: this.#host.schema,
@@ -216,18 +144,85 @@ export class Worker {
         forget: () => {},
         // while its listening connection is down the worker looks dead (its lock is free):
         // its own upkeep must not hand back its jobs before it has registered again
-        paused: () => this.#listener?.connected !== true,
+        paused: () => !run.listener.connected,
       },
       { everyMs: this.#opts.maintenanceMs },
     );
     this.#upkeep.start();
     // two claims in flight: one is executing in the database while the worker takes in
     // the other's jobs (claims of unlimited tenants run in parallel)
-    this.#loops = [this.#fetchLoop(), this.#fetchLoop()];
+    this.#loops = [run.claims.run(), run.claims.run()];
     this.#host.log.info(
-      { worker: this.#id, concurrency: this.#opts.concurrency, queues: this.#queueNames() ?? 'all' },
+      { worker: this.id, concurrency: this.#opts.concurrency, queues: queueNames(this.#opts.queues) ?? 'all' },
       'worker started',
     );
+  }
+
+  /** The parts that talk to the database, around the listening connection. */
+  #setUp(db: Database): Run {
+    const { schema, log } = this.#host;
+    const opts = this.#opts;
+    const running = () => this.#state === 'running';
+    const names = channels(schema);
+    const listener = new Listener({
+      label: 'worker',
+      clientConfig: db.clientConfig,
+      channels: [names.jobs, names.cancel],
+      log,
+      onNotification: (channel, payload) =>
+        channel === names.cancel ? this.#held.cancel(payload) : this.#wakeups.notified(),
+      onConnect: (client) => this.#registration.register(client),
+      onReady: () => this.#reconnected(),
+      // the worker may look dead meanwhile and its jobs be handed to others: buffered
+      // jobs wait for a heartbeat on the new connection before they start
+      onDisconnect: () => this.#registration.disconnected(),
+    });
+    const outcomes = new OutcomeWriter(
+      db.pool,
+      { schema, log, batchSize: opts.batchSize, asyncCommit: opts.asyncCommit, leaseMs: opts.leaseMs },
+      () => this.#wakeups.wakeAll(),
+    );
+    const { counters } = this;
+    const held = this.#held;
+    const registration = this.#registration;
+    const wakeups = this.#wakeups;
+    const claims = new ClaimLoop(db.pool, {
+      schema,
+      log,
+      options: opts,
+      counters,
+      held,
+      registration,
+      listener,
+      outcomes,
+      wakeups,
+      running,
+      claimed: () => this.#pump(),
+    });
+    const heartbeats = new Heartbeats(db.pool, {
+      schema,
+      log,
+      options: opts,
+      held,
+      registration,
+      listener,
+      running,
+      beaten: (dropped) => {
+        this.#pump();
+        // jobs held ahead and dropped (after a break: claims lost in a crash, jobs handed back)
+        // leave room no handler's end announces: the claim loops may be asleep for a poll
+        if (dropped && this.#want() > 0) this.#wakeups.wakeAll();
+      },
+    });
+    const attempts: AttemptContext = {
+      tasks: opts.tasks,
+      sources: this.#host.sources,
+      maxPayloadBytes: this.#host.maxPayloadBytes,
+      load: async (ids) => (await selectJobs(db.pool, schema, ids)).map(toJob),
+      watch: (timeoutMs) => this.#timeLimits.watch(timeoutMs),
+    };
+    const settling = { counters, outcomes, maxPayloadBytes: this.#host.maxPayloadBytes };
+    return { db, listener, outcomes, claims, heartbeats, attempts, settling };
   }
 
   /**
@@ -247,411 +242,66 @@ export class Worker {
 
   async #shutdown(): Promise<void> {
     this.#state = 'stopping';
-    for (const timer of this.#timers) clearInterval(timer);
+    const run = this.#run;
+    run?.heartbeats.stop();
+    if (this.#expiry) clearInterval(this.#expiry);
     const upkeepStopped = this.#upkeep?.stop();
-    this.#wakeUp();
+    this.#wakeups.wakeAll();
     await Promise.all(this.#loops);
     await upkeepStopped;
-    for (const held of this.#buffer.drain()) {
-      this.#requeuer.add(leaseEntry(held, ',"refund":true'));
+    // never started: given back without counting the attempt
+    for (const job of this.#held.releaseAhead()) this.#live.outcomes.requeue({ ...leaseEntry(job), refund: true });
+    await this.#held.stopRunning(this.#opts.shutdownTimeoutMs, new WorkerStoppingError());
+    this.#timeLimits.stop();
+    if (run) {
+      await run.outcomes.drain();
+      await this.#registration.unregister(run.listener.client ?? run.db.pool);
+      await run.listener.stop();
     }
-    if (this.#active.size > 0) {
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        this.#allSettled(),
-        new Promise<void>((resolve) => {
-          timer = setTimeout(resolve, this.#opts.shutdownTimeoutMs);
-        }),
-      ]);
-      clearTimeout(timer);
-      for (const active of this.#active.values()) active.abort(new WorkerStoppingError());
-      await this.#allSettled();
-    }
-    if (this.#sweeper) clearInterval(this.#sweeper);
-    await this.#drainWrites();
-    const client = this.#listener?.client;
-    if (this.#id !== null && this.#db) {
-      await unregisterWorker(client ?? this.#db.pool, this.#host.schema, this.#id).catch((error) =>
-        this.#host.log.warn({ err: error }, 'could not unregister the worker'),
-      );
-    }
-    await this.#listener?.stop();
     this.#state = 'stopped';
     this.#host.forget(this);
-    this.#host.log.info({ worker: this.#id, ...this.counters }, 'worker stopped');
-  }
-
-  #drainWrites(): Promise<unknown> {
-    return Promise.all([...Object.values(this.#finishers), this.#requeuer].map((b) => b.drain()));
-  }
-
-  #allSettled(): Promise<void> {
-    if (this.#active.size === 0) return Promise.resolve();
-    return new Promise((resolve) => this.#settledWaiters.push(resolve));
-  }
-
-  #queueNames(): string[] | null {
-    return this.#opts.queues?.map(([name]) => name) ?? null;
-  }
-
-  // ---- fetching ----------------------------------------------------------------------
-
-  async #fetchLoop(): Promise<void> {
-    const db = this.#database;
-    let emptyBackoffMs = 0;
-    let failures = 0;
-    let notificationsBefore = 0;
-    let claimSentAt = 0;
-    let failedAt = 0;
-    while (this.#state === 'running') {
-      const want = this.#want();
-      if (want === 0 || this.#id === null || !this.#listener?.connected) {
-        await this.#sleep(this.#opts.pollMs);
-        continue;
-      }
-      let rows: ClaimedRow[];
-      try {
-        if (this.#dueAt !== null && performance.now() >= this.#dueAt) {
-          this.#dueAt = null;
-          await promoteDueJobs(db.pool, this.#host.schema);
-        }
-        notificationsBefore = this.#notifications;
-        this.#claiming += want;
-        try {
-          claimSentAt = performance.now();
-          rows = await this.#claim(db, this.#id, want);
-        } finally {
-          this.#claiming -= want;
-        }
-        failures = 0;
-      } catch (error) {
-        // the failures before a reconnect say nothing of the new connection
-        if (failedAt !== this.#reconnects) failures = 0;
-        failedAt = this.#reconnects;
-        failures++;
-        if (failures === 1 || failures % 20 === 0) {
-          this.#host.log.warn({ err: error, failures }, 'claiming jobs failed; retrying');
-        }
-        await this.#sleep(Math.min(CLAIM_RETRY_MAX_MS, 50 * 2 ** failures));
-        continue;
-      }
-      this.counters.claimed += rows.length;
-      const claimedAt = performance.now();
-      // the lease runs from the claim's start on the server, so after claimSentAt here
-      const leaseUntil = claimSentAt + this.#opts.leaseMs - this.#opts.leaseMarginMs;
-      this.#supersede(rows);
-      for (const row of rows) this.#buffer.push(new ActiveJob(row, claimSentAt, claimedAt, leaseUntil));
-      this.#pump();
-      if (rows.length > 0) {
-        // jobs were there: an empty claim next is probably a tenant row locked by another
-        // claim for a moment, so look again soon before falling back to notifications
-        emptyBackoffMs = 2;
-        continue;
-      }
-      // a notification came in while this claim ran: its snapshot, or a tenant row another
-      // claim held for a moment, may have hidden the new jobs, so look again soon
-      if (emptyBackoffMs === 0 && this.#notifications !== notificationsBefore) emptyBackoffMs = 2;
-      let waitMs = this.#opts.pollMs;
-      if (emptyBackoffMs > 0 && emptyBackoffMs <= 256) {
-        waitMs = emptyBackoffMs;
-        emptyBackoffMs *= 2;
-      } else {
-        emptyBackoffMs = 0;
-      }
-      await this.#refreshDue();
-      if (this.#dueAt !== null) waitMs = Math.min(waitMs, this.#dueAt - performance.now());
-      await this.#sleep(Math.max(0, waitMs));
-    }
-  }
-
-  /**
-   * Claims up to `want` jobs. Queues of equal weight (or all queues) are claimed together;
-   * with different weights the slots are split by weighted sampling and claimed queue by
-   * queue, a queue that comes up short passing its remainder on to the next.
-   */
-  async #claim(db: Database, worker: number, want: number): Promise<ClaimedRow[]> {
-    const claim = (queues: string[] | null, limit: number) =>
-      claimJobs(db.pool, this.#host.schema, { worker, limit, leaseMs: this.#opts.leaseMs, queues, asyncCommit: true });
-    const queues = this.#opts.queues;
-    if (!queues || equalWeights(queues)) return claim(this.#queueNames(), want);
-    const split = splitByWeight(queues, want);
-    const asked = new Set(split.map(([q]) => q));
-    const rest = sampleOrder(queues.filter(([q]) => !asked.has(q))).map((q): [string, number] => [q, 0]);
-    const batches: ClaimedRow[][] = [];
-    let carry = 0;
-    for (const [queue, share] of [...split, ...rest]) {
-      const limit = share + carry;
-      if (limit === 0) continue;
-      const got = await claim([queue], limit);
-      batches.push(got);
-      carry = limit - got.length;
-    }
-    return interleave(batches);
+    this.#host.log.info({ worker: this.id, ...this.counters }, 'worker stopped');
   }
 
   /** How many jobs to claim now (0: not worth a round trip yet). */
   #want(): number {
-    const ahead = this.#prefetchTarget();
-    const held = this.#active.size + this.#buffer.length;
-    const room = this.#opts.concurrency + ahead - held - this.#claiming;
-    const unwritten = this.#requeuer.size + Object.values(this.#finishers).reduce((n, b) => n + b.size, 0);
-    if (unwritten > 2 * this.#opts.batchSize) return 0;
-    // with work in hand, wait until half the window is free: fewer, bigger claims (per-claim
-    // overhead dominated at ~170 jobs a claim; ~500+ doubled the drain rate)
-    const least = held > 0 ? Math.max(1, Math.floor((this.#opts.concurrency + ahead) / 2)) : 1;
-    return room >= least ? Math.min(room, this.#opts.batchSize) : 0;
+    return this.#live.claims.want();
   }
 
-  #prefetchTarget(): number {
-    const { prefetch, concurrency } = this.#opts;
-    if (prefetch !== 'auto') return prefetch;
-    if (this.#avgRunMs === null) return 0;
-    const target = Math.round((concurrency * PREFETCH_WINDOW_MS) / Math.max(this.#avgRunMs, 0.01));
-    return Math.min(MAX_AUTO_PREFETCH, target);
-  }
-
-  async #refreshDue(): Promise<void> {
-    try {
-      const asked = performance.now();
-      const ms = await nextDueInMs(this.#pool, this.#host.schema);
-      this.#dueAt = ms === null ? null : asked + ms;
-    } catch {
-      this.#dueAt = null;
-    }
-  }
-
-  #notified(): void {
-    // one claim loop is enough for what a notification announces; the other follows if
-    // that claim comes back full
-    if (this.#state !== 'running') return;
-    this.#notifications++;
-    const [first] = this.#sleepers;
-    if (first) first();
-    else this.#woken = true;
-  }
-
-  #sleep(ms: number): Promise<void> {
-    if (this.#woken || this.#state !== 'running') {
-      this.#woken = false;
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.#sleepers.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.#sleepers.add(done);
-    });
-  }
-
-  #wakeUp(): void {
-    if (this.#sleepers.size === 0) this.#woken = true;
-    for (const wake of [...this.#sleepers]) wake();
-  }
-
-  // ---- running -----------------------------------------------------------------------
-
+  /** Starts jobs held ahead while there is room, those whose lease is confirmed. */
   #pump(): void {
-    while (this.#state === 'running' && this.#active.size < this.#opts.concurrency && this.#buffer.length > 0) {
-      // a buffered job whose lease may have run out while this process stood still (frozen,
-      // a long pause) may be another worker's by now: the heartbeat tells, then we go on
-      const next = this.#buffer.peek() as ActiveJob;
-      if (next.leaseUntil <= performance.now()) {
-        // its lease may be running out on the server: not ours to start any more
-        this.#buffer.shift();
-        this.counters.lost++;
-        continue;
-      }
-      // from when the claim was sent: a claim answered after the listening connection was
-      // lost may hold jobs already reaped as that dead worker's, so they wait for a heartbeat
-      const checkedAt = Math.max(next.claimSentAt, this.#leasesCheckedAt);
-      if (performance.now() - checkedAt > this.#opts.leaseMs / 2 || checkedAt < this.#disconnectedAt) {
-        void this.#once('heartbeat', () => this.#heartbeat());
+    while (this.#state === 'running' && this.#held.running < this.#opts.concurrency) {
+      // a job ahead whose lease may have run out on the server is not ours to start any more
+      this.#held.dropExpiredAhead(performance.now());
+      const next = this.#held.next();
+      if (!next) return;
+      // from when the claim was sent, or the last heartbeat: otherwise the heartbeat tells
+      // first (the process may have stood still, or lost its listening connection)
+      const { heartbeats } = this.#live;
+      if (!heartbeats.confirms(next)) {
+        void heartbeats.beat();
         return;
       }
-      const job = this.#buffer.shift() as ActiveJob;
-      this.#active.set(job.row.lease_token, job);
-      void this.#execute(job);
+      this.#held.startNext();
+      void this.#execute(next);
     }
   }
 
   async #execute(job: ActiveJob): Promise<void> {
-    const task = this.#opts.tasks.get(job.row.task) ?? this.#host.sources.definition(job.row.task);
-    let outcome: Outcome;
-    try {
-      if (!task?.handler) {
-        const known =
-          [...this.#opts.tasks.entries()]
-            .filter(([, t]) => t.handler)
-            .map(([k]) => JSON.stringify(k))
-            .concat(this.#host.sources.names())
-            .join(', ') || 'none';
-        throw new UnknownTaskError(
-          `no handler for task ${JSON.stringify(job.row.task)} in this worker (it has: ${known})`,
-        );
-      }
-      let payload = job.row.payload;
-      if (task.schema) {
-        try {
-          payload = await validatePayload(task.schema, payload, 'payload', job.row.task);
-        } catch (error) {
-          if (error instanceof TuskValidationError) {
-            this.#settle(job, task, { ok: false, error, final: true });
-            return;
-          }
-          throw error;
-        }
-      }
-      const timeoutMs = task.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : task.timeoutMs;
-      if (timeoutMs !== null) this.#watchDeadlines(timeoutMs);
-      const value = await job.run(task.handler, timeoutMs, payload, this.#loadJobs);
-      outcome = {
-        ok: true,
-        result: value === undefined ? 'null' : toJson(value, 'result', this.#host.maxPayloadBytes),
-      };
-    } catch (error) {
-      outcome = { ok: false, error };
-    }
-    this.#settle(job, task, outcome);
-  }
-
-  /**
-   * Starts (or tightens) the sweep that aborts jobs past their time limit: every quarter
-   * of the shortest limit seen, between 25 ms and 1 s. A timer per job would allocate one
-   * per job, which is measurable at tens of thousands of jobs a second.
-   */
-  #watchDeadlines(timeoutMs: number): void {
-    const every = Math.min(1000, Math.max(25, Math.floor(timeoutMs / 4)));
-    if (this.#sweepEvery <= every) return;
-    if (this.#sweeper) clearInterval(this.#sweeper);
-    this.#sweepEvery = every;
-    this.#sweeper = setInterval(() => {
-      const now = performance.now();
-      for (const job of this.#active.values()) {
-        if (job.deadline <= now && !job.aborted)
-          job.abort(new JobTimeoutError(Math.round(job.deadline - job.startedAt)));
-      }
-    }, every);
-    this.#sweeper.unref();
+    const run = this.#live;
+    const task = taskOf(job, run.attempts);
+    this.#settle(job, task, await runAttempt(job, task, run.attempts));
   }
 
   #settle(job: ActiveJob, task: TaskDefinition | undefined, outcome: Outcome): void {
-    const { row } = job;
-    if (this.#active.get(row.lease_token) === job) this.#active.delete(row.lease_token);
+    const run = this.#live;
+    this.#held.end(job);
     const runMs = job.startedAt ? performance.now() - job.startedAt : 0;
-    this.#avgRunMs = this.#avgRunMs === null ? runMs : this.#avgRunMs * 0.9 + runMs * 0.1;
-    let extra = '';
-    if (job.stats) {
-      try {
-        extra = `,"stats":${toJson(job.stats, 'stats', this.#host.maxPayloadBytes)}`;
-      } catch (error) {
-        if (outcome.ok) outcome = { ok: false, error };
-      }
-    }
-    const entry = (more: string) =>
-      leaseEntry(
-        job,
-        `,"run_ms":${Math.round(runMs)},"queued_ms":${Math.round((job.startedAt || job.claimedAt) - job.claimedAt)}` +
-          `${extra}${job.progress === null ? '' : `,"progress":${job.progress}`}${more}`,
-      );
-    const reason = job.reason;
-
-    if (job.lost) {
-      this.counters.lost++;
-    } else if (outcome.ok) {
-      this.counters.succeeded++;
-      this.#finishers.succeeded.add(entry(`,"result":${outcome.result}`));
-    } else {
-      const error = `,"error":${JSON.stringify(errorRecord(outcome.error, row.attempts))}`;
-      if (reason instanceof WorkerStoppingError) {
-        this.#requeuer.add(entry(error));
-      } else if (reason instanceof JobCancelledError) {
-        this.counters.cancelled++;
-        this.#finishers.cancelled.add(entry(error));
-      } else {
-        // the job's own retry settings (from its enqueue) over its task's
-        const policy = row.retry ? { ...task?.retry, ...(row.retry as RetryPolicy) } : task?.retry;
-        const decision = outcome.final
-          ? ({ retry: false } as const)
-          : decideRetry(policy, outcome.error, row.attempts, row.max_attempts);
-        if (decision.retry) {
-          this.counters.retried++;
-          const queue = decision.queue ? `,"queue":${JSON.stringify(decision.queue)}` : '';
-          this.#requeuer.add(entry(`${error},"delay_ms":${decision.delayMs}${queue}`));
-        } else {
-          this.counters.dead++;
-          this.#finishers.dead.add(entry(error));
-        }
-      }
-    }
-    if (this.#active.size === 0) for (const resolve of this.#settledWaiters.splice(0)) resolve();
+    run.claims.ran(runMs);
+    settleAttempt(job, task, outcome, runMs, run.settling);
     this.#pump();
-    if (this.#want() > 0) this.#wakeUp();
+    if (this.#want() > 0) this.#wakeups.wakeAll();
   }
-
-  // ---- writing outcomes ---------------------------------------------------------------
-
-  /** What ctx.dependencies() reads. */
-  readonly #loadJobs: JobLoader = async (ids) => (await selectJobs(this.#pool, this.#host.schema, ids)).map(toJob);
-
-  async #writeFinished(state: FinalState, items: string[]): Promise<void> {
-    const done = await this.#retrying(`finishing jobs as ${state}`, () =>
-      finishJobs(this.#pool, this.#host.schema, state, `[${items.join(',')}]`, this.#opts.asyncCommit),
-    );
-    this.#reportFenced(items.length, done ?? 0, state);
-    this.#wakeUp();
-  }
-
-  async #writeRequeued(items: string[]): Promise<void> {
-    const done = await this.#retrying('requeueing jobs', () =>
-      requeueJobs(this.#pool, this.#host.schema, `[${items.join(',')}]`, this.#opts.asyncCommit),
-    );
-    this.#reportFenced(items.length, done ?? 0, 'requeued');
-    this.#wakeUp();
-  }
-
-  #reportFenced(sent: number, written: number, what: string): void {
-    if (written < sent) {
-      this.#host.log.warn(
-        { jobs: sent - written, outcome: what },
-        'outcomes dropped: those jobs were no longer held by this worker (lease lost and re-claimed, or cancelled)',
-      );
-    }
-  }
-
-  /** Runs a write until it succeeds or the leases it protects have run out. */
-  async #retrying<T>(what: string, write: () => Promise<T>): Promise<T | null> {
-    const deadline = Date.now() + this.#opts.leaseMs;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await write();
-      } catch (error) {
-        if (Date.now() > deadline) {
-          this.#host.log.error({ err: error }, `${what} failed for good; crash recovery will re-run those jobs`);
-          return null;
-        }
-        if (attempt === 1) this.#host.log.warn({ err: error }, `${what} failed; retrying`);
-        await this.#pause(Math.min(2000, 25 * 2 ** attempt));
-      }
-    }
-  }
-
-  /** Waits `ms`, or until the listening connection is back if that comes first. */
-  #pause(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.#retryWaiters.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.#retryWaiters.add(done);
-    });
-  }
-
-  // ---- liveness ----------------------------------------------------------------------
 
   /**
    * The listening connection is up again and the worker registered on it: what waited
@@ -660,199 +310,16 @@ export class Worker {
    * jobs held through the break (buffered ones start only after it).
    */
   #reconnected(): void {
-    if (this.#state !== 'running') return;
-    this.#reconnects++;
-    for (const wake of [...this.#retryWaiters]) wake();
-    void this.#once('heartbeat', () => this.#heartbeat());
-    this.#wakeUp();
+    const run = this.#run;
+    if (this.#state !== 'running' || !run) return;
+    this.#registration.reconnected();
+    run.outcomes.retryNow();
+    void run.heartbeats.beat();
+    this.#wakeups.wakeAll();
   }
 
-  #every(ms: number, what: string, fn: () => Promise<void>): void {
-    this.#timers.push(setInterval(() => void this.#once(what, fn), ms));
-  }
-
-  /** Runs `fn` unless it is already running (or the worker is not). */
-  async #once(what: string, fn: () => Promise<void>): Promise<void> {
-    if (this.#busy.has(what) || this.#state !== 'running') return;
-    this.#busy.add(what);
-    try {
-      await fn();
-    } catch (error) {
-      this.#host.log.debug({ err: error }, `${what} failed`);
-    } finally {
-      this.#busy.delete(what);
-    }
-  }
-
-  async #heartbeat(): Promise<void> {
-    const db = this.#database;
-    if (this.#id === null || !this.#listener?.connected) return;
-    const sentAt = performance.now();
-    const held = [...this.#active.values()];
-    for (const job of this.#buffer) held.push(job);
-    const result = await heartbeat(
-      db.pool,
-      this.#host.schema,
-      this.#id,
-      { ids: held.map((j) => j.row.id), tokens: held.map((j) => j.row.lease_token) },
-      this.#opts.leaseMs,
-    );
-    if (!result.alive && this.#listener.client) {
-      // our row was reaped while the connection lived on (e.g. after a long stall)
-      await this.#register(this.#listener.client);
-    }
-    const lost = new Set(result.lost);
-    if (result.lease_left_ms !== null) {
-      // every lease still held runs at least this long from the server's now(), which
-      // came after sentAt: a deadline counted from sentAt is on the safe side
-      const until = sentAt + result.lease_left_ms - this.#opts.leaseMarginMs;
-      for (const job of held) {
-        if (!lost.has(job.row.lease_token)) job.leaseUntil = Math.max(job.leaseUntil, until);
-      }
-    }
-    const cancelled = new Set(result.cancelled);
-    const ahead = this.#buffer.length;
-    for (const job of held) {
-      if (lost.has(job.row.lease_token)) this.#lost(job);
-      else if (cancelled.has(job.row.lease_token)) this.#cancelAttempt(job);
-    }
-    const dropped = this.#buffer.length < ahead;
-    await this.#writeProgress();
-    // the leases of the jobs still held run at least half a lease from sentAt
-    this.#leasesCheckedAt = sentAt;
-    this.#pump();
-    // jobs held ahead and dropped (after a break: claims lost in a crash, jobs handed back)
-    // leave room no handler's end announces: the claim loops may be asleep for a poll
-    if (dropped && this.#want() > 0) this.#wakeUp();
-  }
-
-  /** The latest ctx.progress() of running jobs, once a heartbeat at most. */
-  async #writeProgress(): Promise<void> {
-    const dirty = [...this.#active.values()].filter((j) => j.progressDirty && !j.lost);
-    if (dirty.length === 0) return;
-    for (const job of dirty) job.progressDirty = false;
-    await setProgress(
-      this.#pool,
-      this.#host.schema,
-      dirty.map((j) => ({ id: j.row.id, token: j.row.lease_token, progress: j.progress as string })),
-    );
-  }
-
-  /** The worker's name in the workers table and on the task definitions it records. */
-  get #name(): string {
-    return this.#opts.name ?? `${hostname()}:${process.pid}`;
-  }
-
-  /**
-   * Records its tasks' definitions for producers that do not load the task list. A refusal
-   * (a role without the privilege) is logged and the worker runs on; a lost connection
-   * fails the start like any other.
-   */
-  async #recordDefinitions(pool: pg.Pool): Promise<void> {
-    try {
-      await recordDefinitions(
-        pool,
-        this.#host.schema,
-        definitionRows(this.#opts.tasks, this.#name, DEFAULT_TIMEOUT_MS),
-      );
-    } catch (error) {
-      if (isConnectionError(error)) throw error;
-      this.#host.log.warn({ err: error }, 'the task definitions could not be recorded for producers');
-    }
-  }
-
-  /** Registers (or re-registers, keeping its id) the worker on its listening connection. */
-  async #register(client: pg.Client): Promise<void> {
-    this.#id = await registerWorker(client, this.#host.schema, {
-      id: this.#id,
-      name: this.#name,
-      host: hostname(),
-      pid: process.pid,
-      queues: this.#queueNames(),
-      concurrency: this.#opts.concurrency,
-      version: VERSION,
-    });
-  }
-
-  /** A cancel announced for job `id` (NOTIFY): its attempt held here stops. */
-  #cancelled(id: string): void {
-    for (const job of this.#active.values()) if (job.row.id === id) this.#cancelAttempt(job);
-    const held = [...this.#buffer].find((job) => job.row.id === id);
-    if (held) this.#cancelAttempt(held);
-  }
-
-  /** Stops a running attempt whose cancel was asked for; a buffered one ends cancelled. */
-  #cancelAttempt(job: ActiveJob): void {
-    if (this.#active.get(job.row.lease_token) === job) {
-      job.abort(new JobCancelledError());
-      return;
-    }
-    if (this.#buffer.remove((j) => j === job)) {
-      this.counters.cancelled++;
-      this.#finishers.cancelled.add(leaseEntry(job));
-    }
-  }
-
-  /** The lease of `job` is not held any more: its outcome will be dropped. */
-  #lost(job: ActiveJob, why = 'the lease of this job was lost; another worker may run it'): void {
-    if (this.#active.get(job.row.lease_token) === job) {
-      if (!job.lost) {
-        job.lost = true;
-        job.abort(new LeaseLostError(why));
-      }
-      return;
-    }
-    if (this.#buffer.remove((j) => j === job)) this.counters.lost++;
-  }
-
-  /** A claim returned `rows`: an older attempt of one of their jobs still held here is stale. */
-  #supersede(rows: ClaimedRow[]): void {
-    if (rows.length === 0 || (this.#active.size === 0 && this.#buffer.length === 0)) return;
-    const fresh = new Map(rows.map((r) => [r.id, r.lease_token]));
-    const stale = (job: ActiveJob) => {
-      const token = fresh.get(job.row.id);
-      return token !== undefined && token !== job.row.lease_token;
-    };
-    for (const job of this.#active.values()) {
-      if (stale(job)) this.#lost(job, 'the job was claimed again (its lease had run out)');
-    }
-    this.counters.lost += this.#buffer.removeAll(stale).length;
-  }
-
-  /**
-   * Stops the attempts whose lease the database has not confirmed in time (the worker cut
-   * off from it, or frozen): they stop a margin before another worker could get the job.
-   */
+  /** Stops the attempts whose lease could not be renewed in time; room made wakes the claim loops. */
   #expireLeases(): void {
-    const now = performance.now();
-    for (const job of this.#active.values()) {
-      if (job.leaseUntil <= now && !job.lost) {
-        this.#lost(job, 'the lease of this job could not be renewed in time; it was stopped before it ran out');
-      }
-    }
-    const ahead = this.#buffer.length;
-    while (this.#buffer.length > 0 && (this.#buffer.peek() as ActiveJob).leaseUntil <= now) {
-      this.#buffer.shift();
-      this.counters.lost++;
-    }
-    if (this.#buffer.length < ahead && this.#want() > 0) this.#wakeUp();
+    if (this.#held.expire(performance.now()) && this.#want() > 0) this.#wakeups.wakeAll();
   }
-}
-
-/** The lease part of an outcome entry (finish_jobs, requeue_jobs): the job and its token. */
-function leaseEntry(job: ActiveJob, more = ''): string {
-  return `{"id":"${job.row.id}","token":"${job.row.lease_token}"${more}}`;
-}
-
-/**
- * Merges per-queue batches so that each queue's jobs are spread over the whole run in
- * proportion (800 critical and 100 default: a default job after every 8 critical ones),
- * each batch keeping its own order.
- */
-function interleave(batches: ClaimedRow[][]): ClaimedRow[] {
-  if (batches.length < 2) return batches[0] ?? [];
-  return batches
-    .flatMap((batch) => batch.map((row, i) => ({ row, at: (i + 0.5) / batch.length })))
-    .sort((a, b) => a.at - b.at)
-    .map((x) => x.row);
 }

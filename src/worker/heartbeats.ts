@@ -1,0 +1,129 @@
+import type pg from 'pg';
+import type { Logger } from '../log.js';
+import { setProgress } from '../queries/progress.js';
+import { heartbeat } from '../queries/workers.js';
+import type { ActiveJob } from './activeJob.js';
+import type { HeldJobs } from './heldJobs.js';
+import type { ResolvedWorkerOptions } from './options.js';
+import type { Registration } from './registration.js';
+
+/** What the heartbeats read and act on. */
+export interface HeartbeatParts {
+  schema: string;
+  log: Logger;
+  options: Pick<ResolvedWorkerOptions, 'heartbeatMs' | 'leaseMs' | 'leaseMarginMs'>;
+  held: HeldJobs;
+  registration: Registration;
+  /** The listening connection, which holds the registration. */
+  listener: { readonly connected: boolean; readonly client: pg.Client | null };
+  running(): boolean;
+  /**
+   * A heartbeat confirmed the leases: start what may start now. `dropped`: jobs held
+   * ahead were dropped (lost or cancelled), which leaves room no handler's end announces.
+   */
+  beaten(dropped: boolean): void;
+}
+
+/**
+ * The worker's heartbeat: says it is alive, renews the leases of the jobs it holds, and
+ * learns which of them were cancelled or lost meanwhile; it also writes their latest
+ * `ctx.progress()`. Jobs held ahead start only while a heartbeat has recently confirmed
+ * their lease.
+ */
+export class Heartbeats {
+  readonly #pool: pg.Pool;
+  readonly #p: HeartbeatParts;
+  #timer: NodeJS.Timeout | null = null;
+  #beating = false;
+  /** When the last heartbeat that confirmed the held jobs' leases was sent (performance.now()). */
+  #checkedAt = 0;
+
+  constructor(pool: pg.Pool, parts: HeartbeatParts) {
+    this.#pool = pool;
+    this.#p = parts;
+  }
+
+  start(): void {
+    this.#timer = setInterval(() => void this.beat(), this.#p.options.heartbeatMs);
+  }
+
+  stop(): void {
+    if (this.#timer) clearInterval(this.#timer);
+  }
+
+  /**
+   * Whether `job`, held ahead, may start: its lease was confirmed within half a lease, and
+   * since the listening connection was last lost (a claim answered after that loss may
+   * hold jobs already reaped as a dead worker's).
+   */
+  confirms(job: ActiveJob): boolean {
+    const checkedAt = Math.max(job.claimSentAt, this.#checkedAt);
+    return (
+      performance.now() - checkedAt <= this.#p.options.leaseMs / 2 && checkedAt >= this.#p.registration.disconnectedAt
+    );
+  }
+
+  /** A heartbeat now, unless one is under way or the worker is not running; a failure is logged. */
+  async beat(): Promise<void> {
+    if (this.#beating || !this.#p.running()) return;
+    this.#beating = true;
+    try {
+      await this.#beat();
+    } catch (error) {
+      this.#p.log.debug({ err: error }, 'heartbeat failed');
+    } finally {
+      this.#beating = false;
+    }
+  }
+
+  async #beat(): Promise<void> {
+    const { schema, options, held, registration, listener } = this.#p;
+    const worker = registration.id;
+    if (worker === null || !listener.connected) return;
+    const sentAt = performance.now();
+    const jobs = held.all();
+    const result = await heartbeat(
+      this.#pool,
+      schema,
+      worker,
+      { ids: jobs.map((j) => j.row.id), tokens: jobs.map((j) => j.row.lease_token) },
+      options.leaseMs,
+    );
+    if (!result.alive && listener.client) {
+      // our row was reaped while the connection lived on (e.g. after a long stall)
+      await registration.register(listener.client);
+    }
+    const lost = new Set(result.lost);
+    if (result.lease_left_ms !== null) {
+      // every lease still held runs at least this long from the server's now(), which
+      // came after sentAt: a deadline counted from sentAt is on the safe side
+      const until = sentAt + result.lease_left_ms - options.leaseMarginMs;
+      for (const job of jobs) {
+        if (!lost.has(job.row.lease_token)) job.leaseUntil = Math.max(job.leaseUntil, until);
+      }
+    }
+    const cancelled = new Set(result.cancelled);
+    const ahead = held.ahead;
+    for (const job of jobs) {
+      if (lost.has(job.row.lease_token)) held.lose(job);
+      else if (cancelled.has(job.row.lease_token)) held.cancelAttempt(job);
+    }
+    const dropped = held.ahead < ahead;
+    await this.#writeProgress();
+    // the leases of the jobs still held run at least half a lease from sentAt
+    this.#checkedAt = sentAt;
+    this.#p.beaten(dropped);
+  }
+
+  /** The latest ctx.progress() of running jobs, once a heartbeat at most. */
+  async #writeProgress(): Promise<void> {
+    const dirty = [...this.#p.held.runningJobs()].filter((j) => j.progressDirty && !j.lost);
+    if (dirty.length === 0) return;
+    for (const job of dirty) job.progressDirty = false;
+    await setProgress(
+      this.#pool,
+      this.#p.schema,
+      dirty.map((j) => ({ id: j.row.id, token: j.row.lease_token, progress: j.progress as string })),
+    );
+  }
+}
