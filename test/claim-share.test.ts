@@ -52,7 +52,9 @@ describe('a claim takes a share per tenant', () => {
       await fill(queue, Object.fromEntries(tenants.map((t) => [t, 1000])));
       // the tenants' rows exist (a claim adds a new tenant's row, and a parallel claim
       // would wait for that insert to commit)
-      await db.pool.query(`INSERT INTO ${s}.tenants (tenant) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, [tenants]);
+      await db.pool.query(`INSERT INTO ${s}.tenants (tenant) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, [
+        tenants,
+      ]);
       const order = await lanes(queue);
       const first = new pg.Client({ connectionString: db.url });
       await first.connect();
