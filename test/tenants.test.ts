@@ -18,8 +18,7 @@ function concurrencyProbe(ms: number) {
     const keys = [ctx.job.tenant, `${ctx.job.tenant}/${(_p as { key?: string } | null)?.key ?? ''}`];
     started.push(ctx.job.tenant);
     for (const k of keys) bump(k, 1);
-    // the job holds its slot a while, so that jobs allowed to run together do overlap: a
-    // measure of concurrency, not a wait (a stalled machine shows fewer overlaps, never more)
+    // holds its slot, so that jobs allowed to run together overlap (the peaks need it): a measure, not a wait
     await sleep(ms);
     for (const k of keys) bump(k, -1);
   };

@@ -251,8 +251,7 @@ describe('graceful stop', () => {
       queues: ['stop1'],
       tasks: {
         slow: async () => {
-          // still running when stop() begins to wait for it: no event marks that wait, so the
-          // handler outlasts it; a stop held up >300 ms before it waits would miss an early abort
+          // running on once stop() waits (no event marks that): a stop stalled 300 ms first would hide an early abort
           await sleep(300);
           return 'done';
         },
