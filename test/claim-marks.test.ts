@@ -81,7 +81,7 @@ describe('claims from lane marks', () => {
         expect(got).toHaveLength(3);
         await finish(got.slice(1)); // the first stays running, its lease runs out
         expect(await markId(queue)).toBe(ids[2]);
-        await db.rows('SELECT pg_sleep(0.01)');
+        await db.clockPast('SELECT lease_until FROM $schema.jobs WHERE id = $1', [got[0]?.id]);
         if (passes === 'a later pass') {
           // requeued by a transaction that commits before the renewing one begins: its
           // xid is in no later snapshot's xip, so only the old mark's arrivals show it
@@ -226,7 +226,7 @@ describe('claims from lane marks', () => {
     for (let i = 0; i < 4; i++) ids.push(await enqueue(queue));
     const got = await claim(queue, 2, db.pool, 1);
     await finish(got.slice(1));
-    await db.rows('SELECT pg_sleep(0.01)');
+    await db.clockPast('SELECT lease_until FROM $schema.jobs WHERE id = $1', [got[0]?.id]);
     await db.rows('SELECT $schema.maintain(0)'); // the first job's lease ran out: available again, behind the mark
     const holder = await session();
     try {
@@ -258,6 +258,7 @@ describe('claims from lane marks', () => {
           for (let i = 0; i < 15; i++) {
             await p.query('BEGIN');
             for (let j = 0; j < 20; j++) enqueued.push(await enqueue(queue, { priority: (i + j + k) % 3 }, p));
+            // the transaction stays open while claims go on: the interleaving under test, not a wait
             await p.query('SELECT pg_sleep(0.02)');
             await p.query('COMMIT');
           }
@@ -268,6 +269,7 @@ describe('claims from lane marks', () => {
             for (const r of rows) seen.set(r.id, (seen.get(r.id) ?? 0) + 1);
             if (rows.length) await finish(rows, c);
             else if (!producing) return;
+            // found nothing while producers run: a pause before it looks again (the loop ends on a condition)
             else await c.query('SELECT pg_sleep(0.005)');
           }
         });

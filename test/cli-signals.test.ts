@@ -14,7 +14,8 @@ async function child(body: string) {
     import { StopSignal, runUntilSignal, startPatiently } from ${JSON.stringify(LIFECYCLE)};
     const signal = new StopSignal();
     const source = { url: 'postgres://nowhere', from: 'DATABASE_URL' };
-    const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+    /** Resolves once the process has taken \`name\` (after StopSignal's own handler, added first). */
+    const taken = (name) => new Promise((r) => process.once(name, r));
     setInterval(() => {}, 1000); // what a worker keeps open (signal listeners alone do not hold a process)
     ${body}
     process.exit(0);`;
@@ -52,8 +53,9 @@ describe('the stop signal of a long-running command', () => {
   });
 
   it('a signal while it starts: what started is stopped, and the run phase is skipped', async () => {
+    // start() ends only once the signal was taken: it came while the thing was starting
     const r = await child(`
-      const started = await startPatiently(${thing("process.kill(process.pid, 'SIGINT'); await sleep(100);")}, 'the thing', source, signal);
+      const started = await startPatiently(${thing("const got = taken('SIGINT'); process.kill(process.pid, 'SIGINT'); await got;")}, 'the thing', source, signal);
       console.log(started === null ? 'not started' : 'started');`);
     expect(r).toEqual({ code: 0, stdout: 'stopped while starting\nnot started\n', stderr: '' });
   });
@@ -75,7 +77,7 @@ describe('the stop signal of a long-running command', () => {
       process.kill(process.pid, 'SIGTERM');
       await runUntilSignal('the thing', async () => {
         process.kill(process.pid, 'SIGINT');
-        await sleep(10_000);
+        await new Promise(() => {}); // a stop that never ends: only the second signal ends the process
       }, signal);`);
     expect(r).toEqual({
       code: 130,

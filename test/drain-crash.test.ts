@@ -68,6 +68,7 @@ it('drainers killed with SIGKILL mid-batch: every staged job reaches BullMQ at l
     const before = await staged();
     if (before === 0) break;
     await eventually(async () => (await staged()) < before, 20_000); // it is forwarding
+    // a random moment in the forwarding to kill it at: the interleaving under test, not a wait
     await sleep(Math.random() * 150);
     // freeze the others so that nobody touches the staged rows until we read the head
     const others = drainers.filter((d) => d !== active);

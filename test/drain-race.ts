@@ -84,7 +84,8 @@ export async function lostMidSend(
       Array.from({ length: 5 }, (_, n) => ({ task: 'race', payload: { trial, n } })),
     );
     await eventually(() => sends.length > 0);
-    await sleep(Math.random() * Math.min(o.sendMs, o.sendTimeoutMs) * 0.8); // in the middle of the send
+    // a random moment mid-send, the interleaving under test (a stall past the send's end makes an easier trial)
+    await sleep(Math.random() * Math.min(o.sendMs, o.sendTimeoutMs) * 0.8);
     expect(await terminateDrainLock(db)).toBe(1);
     await eventually(async () => (await db.tusk.stagedCount()) === 0, 20_000);
     const delivered = new Set(sends.flatMap((s) => s.ids));

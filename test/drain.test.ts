@@ -30,6 +30,21 @@ const bullQueue = (label: string) => {
 };
 const stage = async (jobs: Parameters<typeof db.tusk.stageMany>[1]) => db.tusk.stageMany(await db.tusk.pool(), jobs);
 
+/**
+ * The sessions of this process's drainers (named after its pid) whose last statement,
+ * finished, matches `like`, and that do not hold the drain lock when `holder` is false.
+ */
+const drainerSessionsAfter = async (like: string, holder: boolean) =>
+  (
+    await db.rows(
+      `SELECT a.pid FROM pg_stat_activity a
+       WHERE a.application_name = $1 AND a.state = 'idle' AND a.query LIKE $2
+         AND ($3 OR NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory'
+                                AND l.granted AND l.classid = hashtext($4)::oid AND l.objid = 0))`,
+      [`tusk drainer pid=${process.pid}`, like, holder, `${db.schema}:drain`],
+    )
+  ).length;
+
 describe("the 'tusk' sink", () => {
   it('moves staged jobs into the queue exactly once, in staging order, with their options', async () => {
     const plain = Array.from({ length: 1200 }, (_, i) => ({ task: 'moved', payload: { i } }));
@@ -91,7 +106,8 @@ describe("the 'tusk' sink", () => {
 
   it('a job staged while the drainer idles is moved at once (notification)', async () => {
     await startDrainer({ sink: 'tusk', pollMs: 600_000 });
-    await sleep(100);
+    // its first batch found nothing (the 'tusk' sink's batch is a transaction): it idles now
+    await eventually(async () => (await drainerSessionsAfter('COMMIT', true)) === 1);
     const t0 = Date.now();
     await stage([{ task: 'woken' }]);
     await eventually(
@@ -209,7 +225,8 @@ describe('drainer', () => {
     const b = other.drainer({ sink: counting('b'), standbyPollMs: 50 });
     drainers.push(b);
     await b.start();
-    await sleep(200);
+    // b has tried for the lock and been refused
+    await eventually(async () => (await drainerSessionsAfter('%pg_try_advisory_lock%', false)) === 1);
     expect([a.state, b.state]).toEqual(['active', 'standby']);
     await stage(Array.from({ length: 10 }, () => ({ task: 'one_active' })));
     await eventually(async () => (await stagedCount()) === 0);
@@ -263,9 +280,11 @@ describe('one send at a time', () => {
         got.push(...jobs.map((j) => j.payload as string));
       },
     };
+    let failed = 0;
     const failing: Sink = {
       name: 'failing',
       async send() {
+        failed++;
         throw new Error('not now');
       },
     };
@@ -277,7 +296,7 @@ describe('one send at a time', () => {
     const second = await startDrainer({ sink: failing, ...minute });
     await eventually(() => second.state === 'active', 10_000);
     await stage([{ task: 'handover', payload: 'after a failed send' }]);
-    await sleep(300); // it fails to send
+    await eventually(() => failed > 0); // it fails to send (the stop waits for that batch's end)
     await second.stop();
     await startDrainer({ sink: working, ...minute });
     await eventually(() => got.length === 2, 10_000);
@@ -353,6 +372,7 @@ describe('order', () => {
             const label = `${c}.${t}.${r}`;
             mine.push({ label, stagedAt: performance.now(), committedAt: 0 });
             await db.tusk.stage(client, 'ordered', label);
+            // random gaps mix the four sessions' transactions: an interleaving, not a wait
             await sleep(Math.random() * 4);
           }
           await client.query('COMMIT');

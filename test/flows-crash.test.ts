@@ -63,6 +63,7 @@ describe('a flow whose workers are killed', () => {
         // kill a worker (after it has started children) and start another, until no child
         // is left or MAX_KILLS were killed (a loaded machine makes progress slower, not the kills)
         for (let i = 0; (await left()) > 0 && kills < MAX_KILLS && i < 200; i++) {
+          // a random moment to kill at, the interleaving under test (a slow machine: fewer children between kills)
           await sleep(300 + Math.floor(Math.random() * 500));
           const busy = await db.rows<{ pid: number }>(
             'SELECT DISTINCT pid FROM $schema.executions WHERE job_id = ANY($1::bigint[])',

@@ -453,7 +453,6 @@ describe('under concurrency', () => {
     // it waits for the parent's row, then counts from what the first committed
     const second = finish(two, leases[1] as { id: string; lease_token: string });
     await waitsForLock(pidOf(two));
-    await one.query('SELECT pg_sleep(0.2)');
     await one.query('COMMIT');
     await second;
     expect(await db.tusk.getJob(flow.id)).toMatchObject({ state: 'available', waitingOn: 0 });

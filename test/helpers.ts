@@ -2,22 +2,40 @@ import { randomBytes } from 'node:crypto';
 import { basename } from 'node:path';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, expect, inject } from 'vitest';
-import { Tusk, type TuskOptions, type Worker, type WorkerOptions } from '../src/index.js';
+import { type Logger, Tusk, type TuskOptions, type Worker, type WorkerOptions } from '../src/index.js';
 import { dropSchema } from '../src/migrate/migrate.js';
 
 export const databaseUrl = (): string => inject('databaseUrl');
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Polls `check` until it returns a truthy value; throws after `timeoutMs`. */
-export async function eventually<T>(check: () => Promise<T> | T, timeoutMs = 10_000, everyMs = 20): Promise<T> {
+/** Polls `check` until it returns a truthy value; throws after `timeoutMs`, saying `what` was awaited. */
+export async function eventually<T>(
+  check: () => Promise<T> | T,
+  timeoutMs = 10_000,
+  everyMs = 20,
+  what = 'condition',
+): Promise<Exclude<T, null | undefined | false | 0 | ''>> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    if (value) return value as Exclude<T, null | undefined | false | 0 | ''>;
+    if (Date.now() > deadline) throw new Error(`${what} not met within ${timeoutMs} ms`);
+    // the poll's own pace: it returns as soon as the condition holds, whatever the interval
     await sleep(everyMs);
   }
+}
+
+export interface Line {
+  level: 'debug' | 'info' | 'warn' | 'error';
+  msg: string;
+}
+
+/** A logger that keeps what it is told: a test waits for a line rather than for time. */
+export function recorder(): { log: Logger; lines: Line[] } {
+  const lines: Line[] = [];
+  const at = (level: Line['level']) => (_obj: object, msg?: string) => lines.push({ level, msg: msg ?? '' });
+  return { log: { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') }, lines };
 }
 
 export interface TestDb {
@@ -33,6 +51,13 @@ export interface TestDb {
   worker(options: WorkerOptions, on?: Tusk): Worker;
   /** Rows of `sql`, where `$schema` stands for the quoted schema name. */
   rows<T extends pg.QueryResultRow = Record<string, unknown>>(sql: string, values?: unknown[]): Promise<T[]>;
+  /**
+   * Waits until the database's clock is past the time `sql` selects (one value, read once;
+   * `$schema` as in `rows`), e.g. a job's `run_at`, `lease_until` or `expires_at`. Delays,
+   * leases, expiry and windows are measured by that clock, which no test drives: this
+   * returns as soon as it has passed, where a sleep on this process's clock only guesses.
+   */
+  clockPast(sql: string, values?: unknown[], timeoutMs?: number): Promise<void>;
 }
 
 /**
@@ -79,6 +104,18 @@ export function useTestDb(file: string, options: Partial<TuskOptions> = {}): Tes
     async rows(sql, values) {
       const { rows } = await pool.query(sql.replaceAll('$schema', `"${schema}"`), values);
       return rows;
+    },
+    async clockPast(sql, values, timeoutMs = 10_000) {
+      // as text: a timestamptz keeps its microseconds, a Date would round them away
+      const { rows } = await pool.query<{ at: string | null }>(
+        `SELECT (${sql.replaceAll('$schema', `"${schema}"`)})::text AS at`,
+        values,
+      );
+      const at = rows[0]?.at;
+      if (!at) throw new Error(`clockPast: no time selected by ${sql}`);
+      const past = async () =>
+        (await pool.query<{ past: boolean }>('SELECT now() > $1::timestamptz AS past', [at])).rows[0]?.past;
+      await eventually(past, timeoutMs, 10, `the database's clock passing ${at}`);
     },
   };
 }

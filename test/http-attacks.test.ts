@@ -4,11 +4,11 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import { Hono } from 'hono';
 import { chromium } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ApiTokens } from '../src/http/tokens.js';
-import { type Listening, type Logger, TuskError, type TuskServer } from '../src/index.js';
+import { type Listening, TuskError, type TuskServer } from '../src/index.js';
 import { selectTenantJob } from '../src/queries/tenantJob.js';
-import { eventually, sleep, useTestDb } from './helpers.js';
+import { eventually, recorder, sleep, useTestDb } from './helpers.js';
 import { CHROMIUM, chromiumPresent, needs } from './services.js';
 
 const ADMIN = `attack-admin-${randomBytes(16).toString('hex')}`;
@@ -20,18 +20,6 @@ const db = useTestDb(import.meta.url);
 const bare = useTestDb(`${import.meta.url}-bare`);
 /** A schema with one token, revoked in the test. */
 const lone = useTestDb(`${import.meta.url}-lone`);
-
-interface Line {
-  level: 'debug' | 'info' | 'warn' | 'error';
-  msg: string;
-}
-
-/** A logger that keeps what it is told. */
-function recorder(): { log: Logger; lines: Line[] } {
-  const lines: Line[] = [];
-  const at = (level: Line['level']) => (_obj: object, msg?: string) => lines.push({ level, msg: msg ?? '' });
-  return { log: { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') }, lines };
-}
 
 interface Reply {
   status: number;
@@ -206,6 +194,7 @@ describe('2. one request cannot freeze the server', () => {
     upload.flushHeaders();
     const status = await Promise.race([
       new Promise<number>((resolve) => upload.on('response', (res) => resolve(res.statusCode ?? 0))),
+      // a deadline, not a wait: the race ends at the answer; past it the test fails with this reason
       sleep(10_000).then(() => 'no answer while the body was held back'),
     ]);
     upload.destroy();
@@ -572,6 +561,7 @@ describe("6. one tenant's heavy reads do not slow the others", () => {
       await locker.query('BEGIN');
       await locker.query(`LOCK TABLE "${db.schema}".api_tokens IN ACCESS EXCLUSIVE MODE`);
       const made = Array.from({ length: 50 }, () => `tusk_${randomBytes(32).toString('base64url')}`);
+      const verify = vi.spyOn(guarded.tokens, 'verify');
       const replies = made.map(async (t) => (await app.request('/api/jobs', { headers: bearer(t) })).status);
       const waiting = async () =>
         (
@@ -580,7 +570,8 @@ describe("6. one tenant's heavy reads do not slow the others", () => {
           )
         )[0]?.n;
       await eventually(async () => (await waiting()) === 1);
-      await sleep(300); // time for any other lookup to start and queue up behind the lock
+      // every request has asked for its token: a lookup of its own would have started by now
+      await eventually(() => verify.mock.calls.length === made.length);
       expect(await waiting()).toBe(1);
       await locker.query('COMMIT');
       expect(await Promise.all(replies)).toEqual(Array(50).fill(401));
@@ -680,17 +671,24 @@ describe('8. scopes, tenant checks, cursors, aborted uploads, caching', () => {
 
   it('an upload the client cuts off is logged at debug level, not error', async () => {
     const before = main.lines.length;
+    // a token of its own: its first use is noted in the database, which shows the server
+    // has taken the request in (and is reading its body) before the client cuts it off
+    const { token, info } = await server.tokens.create({ tenant: 'alpha' });
     const { hostname, port } = new URL(listening.url);
     const upload = http.request({
       host: hostname,
       port,
       method: 'POST',
       path: '/api/jobs',
-      headers: { ...bearer(alpha), ...json, 'content-length': '100000' },
+      headers: { ...bearer(token), ...json, 'content-length': '100000' },
     });
     upload.on('error', () => {});
     upload.write('{"task":"cut","payload":"');
-    await sleep(100);
+    await eventually(
+      async () =>
+        (await db.rows('SELECT 1 FROM $schema.api_tokens WHERE id = $1 AND last_used_at IS NOT NULL', [info.id]))
+          .length > 0,
+    );
     upload.destroy();
     await eventually(() =>
       main.lines.slice(before).some((l) => l.level === 'debug' && /cut the request off/.test(l.msg)),

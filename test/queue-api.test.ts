@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { type Job, type JobContext, LeaseLostError, type Tusk } from '../src/index.js';
-import { eventually, sleep, useTestDb } from './helpers.js';
+import { eventually, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 const finished = (id: string, tusk: Tusk = db.tusk) =>
@@ -249,7 +249,7 @@ describe('deduplication', () => {
     expect(c.deduplicated).toBe(false);
     const k1 = await db.tusk.enqueue('report', {}, { tenant: 'dd2', dedupKey: 'user:9', dedupWindowMs: 100 });
     expect((await db.tusk.enqueue('report', { other: true }, { tenant: 'dd2', dedupKey: 'user:9' })).id).toBe(k1.id);
-    await sleep(150);
+    await db.clockPast(`SELECT created_at + interval '100 milliseconds' FROM $schema.jobs WHERE id = $1`, [k1.id]);
     const k2 = await db.tusk.enqueue('report', {}, { tenant: 'dd2', dedupKey: 'user:9', dedupWindowMs: 100 });
     expect(k2.deduplicated).toBe(false);
     expect(k2.id).not.toBe(k1.id);

@@ -1,7 +1,7 @@
 // Pausing a queue stops its claims for every worker and consumer; resuming starts them again.
 import { describe, expect, it } from 'vitest';
 import { tusk as cli, cliEnv } from './cli.js';
-import { eventually, sleep, useTestDb } from './helpers.js';
+import { eventually, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 
@@ -10,12 +10,17 @@ const states = async (ids: string[]) => Promise.all(ids.map(async (id) => (await
 describe('queue pause', () => {
   it('stops claims across workers and fetches, other queues go on; resume runs what waited', async () => {
     const ran: string[] = [];
-    const options = {
+    /** The workers that ran a probe job: each claimed after the paused queue's jobs were there. */
+    const probed = new Set<number>();
+    const options = (n: number) => ({
       queues: ['mail', 'other'],
       pollMs: 50,
-      tasks: { t: (_p: unknown, ctx: { job: { queue: string } }) => void ran.push(ctx.job.queue) },
-    };
-    const workers = [db.worker(options), db.worker(options)];
+      tasks: {
+        t: (_p: unknown, ctx: { job: { queue: string } }) => void ran.push(ctx.job.queue),
+        probe: () => void probed.add(n),
+      },
+    });
+    const workers = [db.worker(options(0)), db.worker(options(1))];
     await Promise.all(workers.map((w) => w.start()));
     expect(await db.tusk.queues.pause('mail')).toBe(true);
     expect(await db.tusk.queues.pause('mail')).toBe(false); // already
@@ -24,9 +29,15 @@ describe('queue pause', () => {
     const { ids: mail } = await db.tusk.enqueueMany(Array.from({ length: 5 }, () => ({ task: 't', queue: 'mail' })));
     const { id: other } = await db.tusk.enqueue('t', null, { queue: 'other' });
     await eventually(async () => (await db.tusk.getJob(other))?.state === 'succeeded');
-    // the other queue ran; a fetch of the paused one gets nothing; the workers have polled meanwhile
+    // the other queue ran; a fetch of the paused one gets nothing
     expect(await db.tusk.fetch({ queue: 'mail' })).toEqual([]);
-    await sleep(300);
+    // each worker claims a probe job of the other queue, one at a time until both have: a
+    // claim covers both queues, oldest first, so each would have taken mail's jobs
+    await eventually(async () => {
+      const { id } = await db.tusk.enqueue('probe', null, { queue: 'other' });
+      expect((await db.tusk.waitFor(id))?.state).toBe('succeeded');
+      return probed.size === 2;
+    });
     expect(await states(mail)).toEqual(Array(5).fill('available'));
     expect(ran).toEqual(['other']);
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Tusk } from '../src/index.js';
 import { Gate } from './gate.js';
-import { eventually, sleep, useTestDb } from './helpers.js';
+import { eventually, recorder, useTestDb } from './helpers.js';
 
 // A worker whose connections all break at once (a server restart as its clients see it),
 // through a gate in front of the test server: the server and the test's own connections
@@ -9,14 +9,20 @@ import { eventually, sleep, useTestDb } from './helpers.js';
 const db = useTestDb(import.meta.url);
 let gate: Gate;
 let cutOff: Tusk;
+/** What the cut-off process logs: when its worker lost, or got back, its listening connection. */
+const said = recorder();
 
 beforeAll(async () => {
   gate = await Gate.open(db.url);
-  cutOff = db.another({ connectionString: gate.url });
+  cutOff = db.another({ connectionString: gate.url, logger: said.log });
 });
 afterAll(() => gate.close());
 
 const state = async (id: string) => (await db.tusk.getJob(id))?.state;
+
+/** Waits for the cut-off process to log `msg` (after the lines it had logged at `from`). */
+const logged = (msg: string, from: number) =>
+  eventually(() => said.lines.slice(from).some((l) => l.msg === msg), 20_000, 10, `the log line "${msg}"`);
 
 /** Cuts the gate until the worker has tried, and failed, to come back `attempts` times. */
 async function outage(attempts: number): Promise<void> {
@@ -84,8 +90,9 @@ describe('a worker cut off from the database', () => {
         return (await state(job.id)) === 'available';
       });
       // the worker learns of the loss first, then reads the claim's answer
+      const before = said.lines.length;
       gate.release(listener?.port);
-      await sleep(200);
+      await logged('worker lost its database connection; reconnecting', before);
       gate.release();
       gate.restore();
       await eventually(async () => (await state(job.id)) === 'succeeded', 20_000);
@@ -228,12 +235,16 @@ describe('a worker cut off from the database', () => {
 
   it('finishes the job it was running through the break: the same attempt, its outcome written after', async () => {
     let started = 0;
+    let finish!: () => void;
+    const held = new Promise<void>((resolve) => {
+      finish = resolve;
+    });
     const worker = db.worker(
       {
         tasks: {
           slow: async () => {
             started++;
-            await sleep(1500);
+            await held;
             return 'done';
           },
         },
@@ -248,7 +259,12 @@ describe('a worker cut off from the database', () => {
     const job = await db.tusk.enqueue('slow', {});
     await eventually(() => started === 1);
     await outage(2);
+    const before = said.lines.length;
     gate.restore();
+    // the job runs on until the worker is registered again: the upkeep passes of that
+    // moment, which must not hand it back, all see it running
+    await logged('worker reconnected to the database', before);
+    finish();
     await eventually(async () => (await state(job.id)) === 'succeeded', 20_000);
     const done = await db.tusk.getJob(job.id);
     expect(done?.attempts).toBe(1);

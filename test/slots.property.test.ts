@@ -29,6 +29,7 @@ const jobArb = (tenants: number) =>
     fail: fc.integer({ min: 0, max: 19 }).map((n) => n < 3), // 15 %: every choice comes from the seed
   });
 const faultArb = fc.record({
+  /** When in the run it hits: once this many thousandths of the jobs have ended (2 % to 60 %). */
   at: fc.integer({ min: 20, max: 600 }),
   kind: fc.constantFrom('terminate', 'lease', 'cancel', 'grow'),
   /** Which worker, job or tenant the fault hits: drawn here, so that a run replays from its seed. */
@@ -106,6 +107,7 @@ async function check(s: Scenario): Promise<void> {
   };
 
   const handler = async (p: { ms: number; fail: boolean }, ctx: JobContext) => {
+    // the job's run time, drawn from the seed: part of the scenario, not a wait
     await sleep(p.ms);
     if (p.fail && ctx.job.attempt === 1) throw new Error('random failure');
   };
@@ -123,9 +125,14 @@ async function check(s: Scenario): Promise<void> {
     ),
   );
 
+  const endedSoFar = async () =>
+    (await db.rows<{ n: number }>('SELECT count(*)::int AS n FROM $schema.job_history WHERE queue = $1', [queue]))[0]
+      ?.n ?? 0;
+  // each fault hits at its point of the run, however fast the run goes: never after its end
   const faults = async () => {
     for (const f of [...s.faults].sort((a, b) => a.at - b.at)) {
-      await sleep(f.at / s.faults.length);
+      const after = Math.floor((ids.length * f.at) / 1000);
+      await eventually(async () => (await endedSoFar()) >= after, 30_000, 10, `${after} jobs ended`);
       if (f.kind === 'terminate') {
         // the worker's connection dies: its lock goes, its jobs are requeued, it reconnects
         const w = workers[f.pick % workers.length];

@@ -18,6 +18,7 @@ function concurrencyProbe(ms: number) {
     const keys = [ctx.job.tenant, `${ctx.job.tenant}/${(_p as { key?: string } | null)?.key ?? ''}`];
     started.push(ctx.job.tenant);
     for (const k of keys) bump(k, 1);
+    // holds its slot, so that jobs allowed to run together overlap (the peaks need it): a measure, not a wait
     await sleep(ms);
     for (const k of keys) bump(k, -1);
   };
@@ -120,7 +121,8 @@ describe('slots', () => {
     await db.tusk.enqueueMany(Array.from({ length: 20 }, () => ({ task: 'probe', tenant: 'grow', queue: 'grow' })));
     const worker = db.worker({ queues: ['grow'], concurrency: 8, tasks: { probe: probe.handler } });
     await worker.start();
-    await sleep(200);
+    // three jobs ran one after another: claims made while others waited kept to one slot
+    await eventually(() => probe.started.length >= 3);
     expect(probe.peak.get('grow')).toBe(1);
     await db.tusk.tenants.set('grow', { slots: 4 });
     await eventually(() => finishedIn('grow'));
@@ -159,11 +161,19 @@ describe('slots', () => {
       Array.from({ length: 4 }, () => ({ task: 'probe', tenant: 'pausy', queue: 'pause' })),
     );
     await db.tusk.tenants.set('pausy', { slots: 1 });
-    const worker = db.worker({ queues: ['pause'], concurrency: 4, tasks: { probe: probe.handler } });
+    const worker = db.worker({
+      queues: ['pause'],
+      concurrency: 4,
+      tasks: { probe: probe.handler, other: () => 'ran' },
+    });
     await worker.start();
     await eventually(() => probe.started.length === 1);
     await db.tusk.tenants.pause('pausy');
-    await sleep(400);
+    expect((await db.tusk.waitFor(ids[0] as string))?.state).toBe('succeeded');
+    // a job of another tenant, enqueued once pausy's slot was free, is claimed and run: the
+    // claim that took it (or one before) would have taken one of pausy's, had the pause not held
+    const { id: later } = await db.tusk.enqueue('other', {}, { tenant: 'unpaused', queue: 'pause' });
+    expect((await db.tusk.waitFor(later))?.state).toBe('succeeded');
     expect(probe.started.length).toBe(1); // the running job finished, nothing new started
     expect((await db.tusk.getJob(ids[0] as string))?.state).toBe('succeeded');
     expect(await db.tusk.tenants.get('pausy'))?.toMatchObject({ paused: true, running: 0, available: 3 });
@@ -225,6 +235,7 @@ describe('fairness', () => {
       tasks: {
         rec: async (_p, ctx) => {
           order.push(ctx.job.tenant);
+          // the flood's pace, so that it is still running when the small tenant's job comes
           await sleep(10);
         },
       },
@@ -274,7 +285,7 @@ describe('stats', () => {
       { task: 'a', tenant: 'st1', queue: 'stats-q' },
       { task: 'a', tenant: 'st2', queue: 'stats-q', delayMs: 60_000 },
     ]);
-    await sleep(50);
+    await db.clockPast(`SELECT max(run_at) + interval '50 milliseconds' FROM $schema.jobs WHERE tenant = 'st1'`);
     const stats = await db.tusk.stats();
     const st1 = stats.tenants.find((t) => t.tenant === 'st1');
     expect(st1?.counts).toMatchObject({ available: 2, scheduled: 0 });

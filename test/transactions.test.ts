@@ -1,10 +1,10 @@
 import { TransactionRollbackError } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Kysely, PostgresDialect } from 'kysely';
-import type pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { type TransactionLike, TuskValidationError } from '../src/index.js';
-import { eventually, sleep, useTestDb } from './helpers.js';
+import { eventually, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 const kysely = new Kysely<Record<string, never>>({ dialect: new PostgresDialect({ pool: db.pool }) });
@@ -30,6 +30,10 @@ const onPg =
       await client.query('BEGIN');
       await work(as(client));
       await client.query(commit ? 'COMMIT' : 'ROLLBACK');
+    } catch (error) {
+      // a test failing inside leaves no transaction open on the file's pool
+      await client.query('ROLLBACK').catch(() => {});
+      throw error;
     } finally {
       client.release();
     }
@@ -118,6 +122,10 @@ describe.each(kinds)('transactional enqueue through a %s', (kind, inTransaction)
 });
 
 describe('the race of staging: an idle worker never sees an uncommitted job', () => {
+  // the jobs the tests above left: the worker would promote the delayed ones, an
+  // announcement on the channel these tests listen to
+  beforeAll(() => db.rows('DELETE FROM $schema.jobs'));
+
   it.each([
     ['pg PoolClient', onPgClient],
     ['Kysely transaction', onKysely],
@@ -130,13 +138,29 @@ describe('the race of staging: an idle worker never sees an uncommitted job', ()
       maintenanceMs: 600_000,
     });
     await worker.start();
-    await inTransaction(true, async (tx) => {
-      const { id } = await db.tusk.enqueue('race', { at: 'in tx' }, { client: tx });
-      await sleep(300);
-      expect(seen).toEqual([]);
-      expect(await db.tusk.getJob(id)).toBeNull();
-    });
-    await eventually(() => seen.length === 1, 5000);
+    // what could wake an idle worker, heard as it would: notifications come in commit order
+    const heard: string[] = [];
+    const listener = new pg.Client({ connectionString: db.url });
+    await listener.connect();
+    try {
+      listener.on('notification', (n) => heard.push(n.channel));
+      await listener.query(`LISTEN "${db.schema}:jobs"`);
+      await listener.query(`LISTEN "${db.schema}:probe"`);
+      await inTransaction(true, async (tx) => {
+        const { id } = await db.tusk.enqueue('race', { at: 'in tx' }, { client: tx });
+        // a probe sent after the enqueue comes after anything the enqueue let out before its commit
+        await db.pool.query('SELECT pg_notify($1, $2)', [`${db.schema}:probe`, '']);
+        await eventually(() => heard.length > 0);
+        expect(heard).toEqual([`${db.schema}:probe`]);
+        expect(seen).toEqual([]);
+        expect(await db.tusk.getJob(id)).toBeNull();
+      });
+      await eventually(() => seen.length === 1, 5000);
+      // the enqueue's announcement, let out by the commit
+      await eventually(() => heard[1] === `${db.schema}:jobs`);
+    } finally {
+      await listener.end();
+    }
     expect(seen).toEqual([{ at: 'in tx' }]);
     await worker.stop();
   });

@@ -4,7 +4,7 @@
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { CLI, cliEnv, exited, tusk } from './cli.js';
-import { eventually, sleep, useTestDb } from './helpers.js';
+import { eventually, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 
@@ -39,7 +39,7 @@ describe('with SQL consumers alone, no Tusk process', () => {
   it('a delayed job is handed out once due, not before', async () => {
     const id = await sqlEnqueue('later', { queue: 'sql-delay', delayMs: 300 });
     expect(await sqlFetch('sql-delay')).toBeNull();
-    await sleep(400);
+    await db.clockPast('SELECT run_at FROM $schema.jobs WHERE id = $1', [id]);
     expect((await sqlFetch('sql-delay'))?.id).toBe(id);
   });
 
@@ -48,7 +48,7 @@ describe('with SQL consumers alone, no Tusk process', () => {
     const first = await sqlFetch('sql-lease', 300);
     expect(first?.id).toBe(id);
     expect(await sqlFetch('sql-lease')).toBeNull(); // still leased
-    await sleep(400);
+    await db.clockPast('SELECT lease_until FROM $schema.jobs WHERE id = $1', [id]);
     const second = await sqlFetch('sql-lease');
     expect(second).toMatchObject({ id, attempts: 2 });
     expect(second?.lease_token).not.toBe(first?.lease_token);
@@ -62,14 +62,14 @@ describe('with SQL consumers alone, no Tusk process', () => {
   it('a job out of attempts whose lease ran out ends dead at the next fetch', async () => {
     const id = await sqlEnqueue('dies', { queue: 'sql-dead', maxAttempts: 1 });
     expect((await sqlFetch('sql-dead', 200))?.id).toBe(id);
-    await sleep(300);
+    await db.clockPast('SELECT lease_until FROM $schema.jobs WHERE id = $1', [id]);
     expect(await sqlFetch('sql-dead')).toBeNull();
     expect((await db.tusk.getJob(id))?.state).toBe('dead');
   });
 
   it('a job past its expiry is not handed out (tusk upkeep marks it expired, below)', async () => {
     const id = await sqlEnqueue('stale', { queue: 'sql-expiry', expiresAt: new Date(Date.now() + 200).toISOString() });
-    await sleep(300);
+    await db.clockPast('SELECT expires_at FROM $schema.jobs WHERE id = $1', [id]);
     expect(await sqlFetch('sql-expiry')).toBeNull();
     expect((await db.tusk.getJob(id))?.state).toBe('available');
     await db.tusk.cancel(id); // out of the upkeep's counts below
@@ -84,7 +84,9 @@ describe('the upkeep component', () => {
     const { id: delayed } = await db.tusk.enqueue('x', null, { queue: 'u-delay', delayMs: 100 });
     const { id: old } = await db.tusk.enqueue('x', null, { queue: 'u-old', expiresAt: new Date(Date.now() + 100) });
     await db.tusk.schedules.set('u-every-second', '* * * * * *', { task: 'tick', queue: 'u-ticks' });
-    await sleep(200);
+    await db.clockPast('SELECT max(greatest(lease_until, run_at, expires_at)) FROM $schema.jobs WHERE id = ANY($1)', [
+      [leased, delayed, old],
+    ]);
     const report = await upkeep.runOnce();
     expect(report.queue).toMatchObject({ released: 1, promoted: 1, expired: 1, errors: [] });
     expect(report.schedules?.jobs).toBeGreaterThan(0);
@@ -117,7 +119,7 @@ describe('the upkeep component', () => {
     // a lock the expiry step cannot get within its statement timeout: only that step fails
     const { id: due } = await db.tusk.enqueue('x', null, { queue: 'u-fail', delayMs: 50 });
     const { id: old } = await db.tusk.enqueue('x', null, { queue: 'u-fail2', expiresAt: new Date(Date.now() + 50) });
-    await sleep(100);
+    await db.clockPast('SELECT max(greatest(run_at, expires_at)) FROM $schema.jobs WHERE id = ANY($1)', [[due, old]]);
     const blocker = await db.pool.connect();
     try {
       await blocker.query('BEGIN');
@@ -146,7 +148,7 @@ describe('the upkeep component', () => {
 describe('tusk upkeep', () => {
   it('--once does one pass and prints what it did', async () => {
     const { id } = await db.tusk.enqueue('x', null, { queue: 'cli-old', expiresAt: new Date(Date.now() + 50) });
-    await sleep(100);
+    await db.clockPast('SELECT expires_at FROM $schema.jobs WHERE id = $1', [id]);
     const run = await tusk(cliEnv(db.url, db.schema), 'upkeep', '--once');
     expect(run.code, run.stderr).toBe(0);
     const report = JSON.parse(run.stdout);
@@ -199,21 +201,24 @@ describe('tusk serve alone, consumers over HTTP', () => {
       expect((await call('/api/fetch', { queue: 'serve-delay' })).jobs).toEqual([]);
       // handed out once due (an upkeep promoting it that very moment may hold it for a call)
       const fetched = async (queue: string) => (await call('/api/fetch', { queue })).jobs;
-      const firstFetched = async (queue: string) => {
-        for (const until = Date.now() + 5000; Date.now() < until; await sleep(50)) {
-          const jobs = await fetched(queue);
-          if (jobs.length > 0) return jobs;
-        }
-        return [];
-      };
-      await sleep(300);
+      const firstFetched = (queue: string) =>
+        eventually(
+          async () => {
+            const jobs = await fetched(queue);
+            return jobs.length > 0 ? jobs : null;
+          },
+          5000,
+          50,
+          `a job handed out from ${queue}`,
+        );
+      await db.clockPast('SELECT run_at FROM $schema.jobs WHERE id = $1', [delayed]);
       expect((await firstFetched('serve-delay')).map((j) => j.id)).toEqual([delayed]);
 
       const { id: dropped } = await db.tusk.enqueue('dies', null, { queue: 'serve-lease' });
       const first = (await call('/api/fetch', { queue: 'serve-lease', leaseMs: 300 })).jobs[0];
       expect(first?.id).toBe(dropped);
       expect(await fetched('serve-lease')).toEqual([]); // still leased
-      await sleep(300);
+      await db.clockPast('SELECT lease_until FROM $schema.jobs WHERE id = $1', [dropped]);
       expect((await firstFetched('serve-lease'))[0]).toMatchObject({ id: dropped, attempt: 2 });
 
       // an expired job: never handed out, and the server's upkeep ends it expired
@@ -221,7 +226,7 @@ describe('tusk serve alone, consumers over HTTP', () => {
         queue: 'serve-expiry',
         expiresAt: new Date(Date.now() + 200),
       });
-      await sleep(300);
+      await db.clockPast('SELECT expires_at FROM $schema.jobs WHERE id = $1', [stale]);
       expect(await fetched('serve-expiry')).toEqual([]);
       await eventually(async () => (await db.tusk.getJob(stale))?.state === 'expired', 10_000);
 

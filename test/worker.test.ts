@@ -18,6 +18,7 @@ describe('worker', () => {
         add: async (p: { a: number; b: number }, ctx: JobContext) => {
           ctx.stats({ rows: 3 });
           ctx.stats({ bytes: 10 });
+          // the handler's own run time, which runMs must record: a duration, not a wait for anything
           await sleep(30);
           return { sum: p.a + p.b, attempt: ctx.job.attempt, tenant: ctx.job.tenant };
         },
@@ -145,7 +146,7 @@ describe('worker', () => {
   it('ends a job whose expiresAt passed before it ran as expired, without running it', async () => {
     let ran = false;
     const { id } = await db.tusk.enqueue('stale', {}, { queue: 'expiry', expiresAt: new Date(Date.now() + 100) });
-    await sleep(250);
+    await db.clockPast('SELECT expires_at FROM $schema.jobs WHERE id = $1', [id]);
     const worker = db.worker({
       queues: ['expiry'],
       tasks: {
@@ -250,6 +251,7 @@ describe('graceful stop', () => {
       queues: ['stop1'],
       tasks: {
         slow: async () => {
+          // running on once stop() waits (no event marks that): a stop stalled 300 ms first would hide an early abort
           await sleep(300);
           return 'done';
         },
@@ -290,13 +292,27 @@ describe('graceful stop', () => {
 
   it('gives back jobs claimed ahead but not started, without counting an attempt', async () => {
     const { ids } = await db.tusk.enqueueMany(Array.from({ length: 6 }, () => ({ task: 'slow', queue: 'stop3' })));
-    const worker = db.worker({ queues: ['stop3'], concurrency: 1, prefetch: 5, tasks: { slow: () => sleep(200) } });
+    // the first job runs until the stop has begun: the five behind it are still held ahead
+    let finish!: () => void;
+    const held = new Promise<void>((resolve) => {
+      finish = resolve;
+    });
+    let runs = 0;
+    const slow = async () => {
+      runs++;
+      await held;
+    };
+    const worker = db.worker({ queues: ['stop3'], concurrency: 1, prefetch: 5, tasks: { slow } });
     await worker.start();
     await eventually(
       async () =>
         (await db.rows(`SELECT 1 FROM $schema.jobs WHERE queue = 'stop3' AND state = 'running'`)).length === 6,
     );
-    await worker.stop();
+    await eventually(() => runs === 1);
+    const stopped = worker.stop();
+    finish();
+    await stopped;
+    expect(runs).toBe(1);
     const jobs = await Promise.all(ids.map((id) => db.tusk.getJob(id)));
     expect(jobs.filter((j) => j?.state === 'succeeded')).toHaveLength(1);
     expect(jobs.filter((j) => j?.state === 'available').every((j) => j?.attempts === 0 && j.error === null)).toBe(true);
@@ -313,6 +329,7 @@ describe('exactly-once claim', () => {
       if (active.has(ctx.job.id)) overlap++;
       active.add(ctx.job.id);
       runs.set(ctx.job.id, (runs.get(ctx.job.id) ?? 0) + 1);
+      // random run times mix the three workers' claims and finishes: an interleaving, not a wait
       await sleep(Math.random() * 3);
       active.delete(ctx.job.id);
     };
