@@ -26,6 +26,14 @@ async function sqlEnqueue(task: string, options: Record<string, unknown>): Promi
   return rows[0]?.id as string;
 }
 
+/**
+ * Moves a job's run_at or lease_until to now: time driven, so that a "not yet" check
+ * before it has a minute of margin on a busy machine rather than a few hundred ms.
+ */
+async function comeDue(column: 'run_at' | 'lease_until', id: string): Promise<void> {
+  await db.pool.query(`UPDATE "${db.schema}".jobs SET ${column} = now() WHERE id = $1`, [id]);
+}
+
 /** Unfinished jobs in `queue`. */
 async function waitingIn(queue: string): Promise<number> {
   const { rows } = await db.pool.query<{ n: number }>(
@@ -37,17 +45,19 @@ async function waitingIn(queue: string): Promise<number> {
 
 describe('with SQL consumers alone, no Tusk process', () => {
   it('a delayed job is handed out once due, not before', async () => {
-    const id = await sqlEnqueue('later', { queue: 'sql-delay', delayMs: 300 });
+    const id = await sqlEnqueue('later', { queue: 'sql-delay', delayMs: 60_000 });
     expect(await sqlFetch('sql-delay')).toBeNull();
+    await comeDue('run_at', id);
     await db.clockPast('SELECT run_at FROM $schema.jobs WHERE id = $1', [id]);
     expect((await sqlFetch('sql-delay'))?.id).toBe(id);
   });
 
   it('a job whose consumer died is handed out again once its lease ran out, and the old lease is refused', async () => {
     const id = await sqlEnqueue('dies', { queue: 'sql-lease' });
-    const first = await sqlFetch('sql-lease', 300);
+    const first = await sqlFetch('sql-lease', 60_000);
     expect(first?.id).toBe(id);
     expect(await sqlFetch('sql-lease')).toBeNull(); // still leased
+    await comeDue('lease_until', id);
     await db.clockPast('SELECT lease_until FROM $schema.jobs WHERE id = $1', [id]);
     const second = await sqlFetch('sql-lease');
     expect(second).toMatchObject({ id, attempts: 2 });
@@ -197,8 +207,9 @@ describe('tusk serve alone, consumers over HTTP', () => {
         });
         return (await r.json()) as { jobs: Array<{ id: string; token: string; attempt: number }> };
       };
-      const { id: delayed } = await db.tusk.enqueue('later', null, { queue: 'serve-delay', delayMs: 300 });
+      const { id: delayed } = await db.tusk.enqueue('later', null, { queue: 'serve-delay', delayMs: 60_000 });
       expect((await call('/api/fetch', { queue: 'serve-delay' })).jobs).toEqual([]);
+      await comeDue('run_at', delayed);
       // handed out once due (an upkeep promoting it that very moment may hold it for a call)
       const fetched = async (queue: string) => (await call('/api/fetch', { queue })).jobs;
       const firstFetched = (queue: string) =>
@@ -215,9 +226,10 @@ describe('tusk serve alone, consumers over HTTP', () => {
       expect((await firstFetched('serve-delay')).map((j) => j.id)).toEqual([delayed]);
 
       const { id: dropped } = await db.tusk.enqueue('dies', null, { queue: 'serve-lease' });
-      const first = (await call('/api/fetch', { queue: 'serve-lease', leaseMs: 300 })).jobs[0];
+      const first = (await call('/api/fetch', { queue: 'serve-lease', leaseMs: 60_000 })).jobs[0];
       expect(first?.id).toBe(dropped);
       expect(await fetched('serve-lease')).toEqual([]); // still leased
+      await comeDue('lease_until', dropped);
       await db.clockPast('SELECT lease_until FROM $schema.jobs WHERE id = $1', [dropped]);
       expect((await firstFetched('serve-lease'))[0]).toMatchObject({ id: dropped, attempt: 2 });
 
