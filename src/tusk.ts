@@ -229,6 +229,28 @@ export class Tusk<L extends TaskList = TaskList> {
     });
   }
 
+  /**
+   * The logger this instance writes to: the `logger` option, pino on stderr by default, or
+   * one that drops every line (`logger: false`). The HTTP server logs through it; so may you.
+   *
+   * @example
+   * tusk.logger.info({ port }, 'billing: listening');
+   */
+  get logger(): Logger {
+    return this.#log;
+  }
+
+  /**
+   * The largest payload or result this instance accepts, in bytes of JSON (the
+   * `maxPayloadBytes` option, default 1 MiB). The HTTP server sizes its request bodies by it.
+   *
+   * @example
+   * if (Buffer.byteLength(JSON.stringify(report)) > tusk.maxPayloadBytes) await store(report);
+   */
+  get maxPayloadBytes(): number {
+    return this.#maxPayloadBytes;
+  }
+
   /** The connection pool (connecting, or starting the embedded server, on first call). */
   async pool(): Promise<pg.Pool> {
     return (await this.#database()).pool;
@@ -896,7 +918,7 @@ export class Tusk<L extends TaskList = TaskList> {
    */
   async server(options: ServerOptions = {}): Promise<TuskServer> {
     const { createServer } = await import('./http/server.js');
-    return createServer(this, { log: this.#log, maxPayloadBytes: this.#maxPayloadBytes }, options);
+    return createServer(this, options);
   }
 
   /** Stops this instance's workers (gracefully), then closes the pool it created. */
