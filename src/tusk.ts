@@ -15,7 +15,6 @@ import type { Queryable } from './db/queryable.js';
 import { validateSchemaName } from './db/schema.js';
 import { Drainer, type DrainerHost, type DrainerOptions } from './drain/drainer.js';
 import { LeaseLostError, SQLSTATE, TuskError, TuskSchemaError, TuskValidationError } from './errors.js';
-import type { ServerOptions, TuskServer } from './http/server.js';
 import { createLogger, type Logger } from './log.js';
 import { type MigrateResult, migrate } from './migrate/migrate.js';
 import { cancelJob } from './queries/cancelJob.js';
@@ -907,18 +906,6 @@ export class Tusk<L extends TaskList = TaskList> {
     const worker = new Worker(host, options);
     this.#workers.add(worker);
     return worker;
-  }
-
-  /**
-   * The HTTP server: REST API, dashboard and Prometheus metrics (loaded on first call).
-   *
-   * @example
-   * const server = await tusk.server({ adminToken: process.env.TUSK_ADMIN_TOKEN });
-   * const { url, close } = await server.listen({ port: 8080 }); // or mount server.app in your Hono app
-   */
-  async server(options: ServerOptions = {}): Promise<TuskServer> {
-    const { createServer } = await import('./http/server.js');
-    return createServer(this, options);
   }
 
   /** Stops this instance's workers (gracefully), then closes the pool it created. */

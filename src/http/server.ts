@@ -14,7 +14,7 @@ import { DEFAULT_POOLS, ServerPools } from './pools.js';
 import { DEFAULT_RATE_LIMIT, type RateLimit } from './rateLimit.js';
 import { ApiTokens } from './tokens.js';
 
-/** Options of `tusk.server()`. */
+/** Options of `createServer(tusk, options)`. */
 export interface ServerOptions {
   /**
    * `'token'`: every caller shows a token (refused while none is live). `'none'`: no
@@ -116,6 +116,7 @@ const listenSchema = z.strictObject({
   host: stringSchema().min(1).optional(),
 });
 
+/** The server the package's `createServer` (src/index.ts) returns, this module loaded on its first call. */
 export async function createServer(tusk: Tusk, given: ServerOptions = {}): Promise<TuskServer> {
   const options = parse(optionsSchema, given, 'server options') as ServerOptions;
   const log = tusk.logger;
@@ -196,7 +197,7 @@ export async function createServer(tusk: Tusk, given: ServerOptions = {}): Promi
     get app() {
       if (auth.mode === 'local') {
         throw new TuskError(
-          "tusk.server().app: no auth is configured (no adminToken option, TUSK_ADMIN_TOKEN unset, no live token in the database), so whoever reaches the mounted app would be admin. Give adminToken or create a token (tusk tokens create), pass auth: 'token' to ask for one, or pass auth: 'none' to mount it without auth (loopback Host names only)",
+          "createServer(…).app: no auth is configured (no adminToken option, TUSK_ADMIN_TOKEN unset, no live token in the database), so whoever reaches the mounted app would be admin. Give adminToken or create a token (tusk tokens create), pass auth: 'token' to ask for one, or pass auth: 'none' to mount it without auth (loopback Host names only)",
         );
       }
       const short = shortAdminToken('in a mounted app');
