@@ -35,10 +35,7 @@ import {
   stateSchema,
 } from '../schemas.js';
 import type { Principal } from '../tokens.js';
-
-const notFoundDoc = { description: 'no such job (or not this token’s tenant’s)', schema: errorSchema };
-const invalidDoc = { description: 'a bad field, named in the error', schema: errorSchema };
-export const timeoutDoc = { description: 'past the statement timeout of lists and searches', schema: errorSchema };
+import { invalidDoc, jobNotFoundDoc, searchDocs } from './docs.js';
 
 /**
  * The job of `:id` if the caller may see it, else 404 (whether it exists or not). For a
@@ -169,11 +166,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
       summary: 'List jobs, newest first, with filters and keyset paging',
       description: 'Runs under the statement timeout of lists and searches (503 past it), on connections of its own.',
       query: listJobsQuery,
-      responses: {
-        200: { description: 'a page of jobs', schema: jobListSchema },
-        400: invalidDoc,
-        503: timeoutDoc,
-      },
+      responses: { 200: { description: 'a page of jobs', schema: jobListSchema }, ...searchDocs },
       async handle(c, { query }) {
         const page = await jobPage(await api.pools.reads(), api.schema, {
           state: query.state ?? null,
@@ -258,7 +251,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
       access: 'read',
       summary: 'A job in any state: status, timings, stats, result, errors; with waitMs, once it is finished',
       query: jobQuery,
-      responses: { 200: { description: 'the job', schema: jobSchema }, 400: invalidDoc, 404: notFoundDoc },
+      responses: { 200: { description: 'the job', schema: jobSchema }, 400: invalidDoc, 404: jobNotFoundDoc },
       async handle(c, { query }) {
         const job = await visibleJob(api, c);
         if (!query.waitMs || FINISHED.has(job.state)) return c.json(job);
@@ -272,7 +265,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
       tag: 'jobs',
       access: 'manage',
       summary: 'Cancel a job (a running one is asked to stop: its state stays running until it does)',
-      responses: { 200: { description: 'its state after the call', schema: stateSchema }, 404: notFoundDoc },
+      responses: { 200: { description: 'its state after the call', schema: stateSchema }, 404: jobNotFoundDoc },
       async handle(c) {
         const job = await visibleJob(api, c);
         const state = await api.tusk.cancel(job.id);
@@ -288,7 +281,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
       summary: 'Delete a job that waits to run or has finished, with its record',
       responses: {
         200: { description: 'deleted', schema: deletedSchema },
-        404: notFoundDoc,
+        404: jobNotFoundDoc,
         409: { description: 'the job is running, or other jobs depend on it: cancel it', schema: errorSchema },
       },
       async handle(c) {
@@ -310,7 +303,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
       summary: 'Run a dead, cancelled, expired or failed job again now (attempts reset, errors kept)',
       responses: {
         200: { description: 'queued again', schema: stateSchema },
-        404: notFoundDoc,
+        404: jobNotFoundDoc,
         409: { description: 'the job is waiting, running or succeeded', schema: errorSchema },
       },
       async handle(c) {

@@ -16,11 +16,12 @@ import {
   okSchema,
   stateSchema,
 } from '../schemas.js';
+import { invalidDoc, jobNotFoundDoc } from './docs.js';
 import { visibleJob } from './jobs.js';
 
 const leaseDocs = {
-  400: { description: 'a bad field, named in the error', schema: errorSchema },
-  404: { description: 'no such job (or not this token’s tenant’s)', schema: errorSchema },
+  400: invalidDoc,
+  404: jobNotFoundDoc,
   409: {
     description: 'the lease is not held any more (ran out and leased again, or already acked)',
     schema: errorSchema,
@@ -48,7 +49,7 @@ export function leaseEndpoints(api: Api): Endpoint[] {
       summary: 'Lease up to count jobs (GET); each stays running until acked, nacked or its lease runs out',
       body: fetchBody,
       bodyOptional: true,
-      responses: { 200: { description: 'the leased jobs (maybe none)', schema: fetchedSchema }, 400: leaseDocs[400] },
+      responses: { 200: { description: 'the leased jobs (maybe none)', schema: fetchedSchema }, 400: invalidDoc },
       async handle(c, { body }) {
         const tenant = scopedTenant(c.get('principal'), body.tenant, 'body.tenant');
         return c.json({ jobs: await (await api.pools.leases()).fetch({ ...body, tenant }) });
