@@ -1,3 +1,8 @@
+// The package's entry: every public part, and the HTTP server made on demand. It re-exports
+// the surfaces too, so it is in their layer (docs/ARCHITECTURE.md).
+import type { ServerOptions, TuskServer } from './http/server.js';
+import type { Tusk } from './tusk.js';
+
 export type { JobPage, WorkerInfo } from './client/inspect.js';
 export type { ScheduleInfo, Schedules } from './client/schedules.js';
 export type { GroupStats, StateCounts, Stats } from './client/stats.js';
@@ -81,3 +86,19 @@ export type {
   WorkerOptions,
 } from './worker/options.js';
 export { Worker, type WorkerCounters } from './worker/worker.js';
+
+/**
+ * Tusk's HTTP server for `tusk`: the REST API, the dashboard and Prometheus metrics. Its
+ * code (Hono and the rest) is loaded on the first call, so that a program that never
+ * serves HTTP does not load it.
+ *
+ * @example
+ * import { createServer, Tusk } from 'tusk-queue';
+ * const tusk = new Tusk();
+ * const server = await createServer(tusk, { adminToken: process.env.TUSK_ADMIN_TOKEN });
+ * const { url, close } = await server.listen({ port: 8080 }); // or mount server.app in your Hono app
+ */
+export async function createServer(tusk: Tusk, options: ServerOptions = {}): Promise<TuskServer> {
+  const http = await import('./http/server.js');
+  return http.createServer(tusk, options);
+}

@@ -15,7 +15,6 @@ import type { Queryable } from './db/queryable.js';
 import { validateSchemaName } from './db/schema.js';
 import { Drainer, type DrainerHost, type DrainerOptions } from './drain/drainer.js';
 import { LeaseLostError, SQLSTATE, TuskError, TuskSchemaError, TuskValidationError } from './errors.js';
-import type { ServerOptions, TuskServer } from './http/server.js';
 import { createLogger, type Logger } from './log.js';
 import { type MigrateResult, migrate } from './migrate/migrate.js';
 import { cancelJob } from './queries/cancelJob.js';
@@ -227,6 +226,28 @@ export class Tusk<L extends TaskList = TaskList> {
       tasks: this.#tasks,
       maxPayloadBytes: this.#maxPayloadBytes,
     });
+  }
+
+  /**
+   * The logger this instance writes to: the `logger` option, pino on stderr by default, or
+   * one that drops every line (`logger: false`). The HTTP server logs through it; so may you.
+   *
+   * @example
+   * tusk.logger.info({ port }, 'billing: listening');
+   */
+  get logger(): Logger {
+    return this.#log;
+  }
+
+  /**
+   * The largest payload or result this instance accepts, in bytes of JSON (the
+   * `maxPayloadBytes` option, default 1 MiB). The HTTP server sizes its request bodies by it.
+   *
+   * @example
+   * if (Buffer.byteLength(JSON.stringify(report)) > tusk.maxPayloadBytes) await store(report);
+   */
+  get maxPayloadBytes(): number {
+    return this.#maxPayloadBytes;
   }
 
   /** The connection pool (connecting, or starting the embedded server, on first call). */
@@ -885,18 +906,6 @@ export class Tusk<L extends TaskList = TaskList> {
     const worker = new Worker(host, options);
     this.#workers.add(worker);
     return worker;
-  }
-
-  /**
-   * The HTTP server: REST API, dashboard and Prometheus metrics (loaded on first call).
-   *
-   * @example
-   * const server = await tusk.server({ adminToken: process.env.TUSK_ADMIN_TOKEN });
-   * const { url, close } = await server.listen({ port: 8080 }); // or mount server.app in your Hono app
-   */
-  async server(options: ServerOptions = {}): Promise<TuskServer> {
-    const { createServer } = await import('./http/server.js');
-    return createServer(this, { log: this.#log, maxPayloadBytes: this.#maxPayloadBytes }, options);
   }
 
   /** Stops this instance's workers (gracefully), then closes the pool it created. */

@@ -3,7 +3,7 @@
 import fc from 'fast-check';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { errorSchema, jobSchema } from '../src/http/schemas.js';
-import type { Listening } from '../src/index.js';
+import { createServer, type Listening } from '../src/index.js';
 import { fingerprint, isLegalName, jsonData, nameLike, OPTION_KINDS } from './badInput.js';
 import { useTestDb } from './helpers.js';
 
@@ -12,7 +12,7 @@ const ADMIN = 'bad-input-admin-token-0123456789';
 let listening: Listening;
 
 beforeAll(async () => {
-  const server = await db.tusk.server({ adminToken: ADMIN, dashboard: false, metrics: false });
+  const server = await createServer(db.tusk, { adminToken: ADMIN, dashboard: false, metrics: false });
   listening = await server.listen({ port: 0 });
 });
 afterAll(() => listening?.close());
@@ -104,7 +104,12 @@ describe('request bodies', () => {
   });
 
   it('a body over the server limit is a 413, with or without a content-length', async () => {
-    const server = await db.tusk.server({ adminToken: ADMIN, dashboard: false, metrics: false, maxBodyBytes: 4096 });
+    const server = await createServer(db.tusk, {
+      adminToken: ADMIN,
+      dashboard: false,
+      metrics: false,
+      maxBodyBytes: 4096,
+    });
     const small = await server.listen({ port: 0 });
     try {
       const big = JSON.stringify({ task: 'x', payload: 'y'.repeat(5000) });

@@ -2,7 +2,7 @@
 // field and writes nothing, or is legal and stores exactly what it was given.
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import { defineTask, Tusk, TuskValidationError } from '../src/index.js';
+import { createServer, defineTask, Tusk, TuskValidationError } from '../src/index.js';
 import { expectRefused, isLegalName, jsonData, nameLike, OPTION_KINDS, wrongOption } from './badInput.js';
 import { useTestDb } from './helpers.js';
 
@@ -568,16 +568,21 @@ describe('worker options and task definitions', () => {
     await expectRefused(db, () => tusk.finishedJobs({ tenant: '', limit: 5 }), 'options.tenant');
     await expectRefused(db, () => tusk.prune({ batch: 0 }), 'options.batch', /from 1/);
     await expectRefused(db, () => tusk.schedule('nightly\n', '0 3 * * *'), 'name', /control characters/);
-    const { tokens } = await tusk.server({ adminToken: 'unused', dashboard: false, metrics: false });
+    const { tokens } = await createServer(tusk, { adminToken: 'unused', dashboard: false, metrics: false });
     await expectRefused(
       db,
-      () => tusk.server({ maxBodyBytes: '1mb' } as never),
+      () => createServer(tusk, { maxBodyBytes: '1mb' } as never),
       'server options.maxBodyBytes',
       /got "1mb"/,
     );
-    await expectRefused(db, () => tusk.server({ metrics: { lag: 5 } } as never), 'server options.metrics', /"lagMs"/);
-    await expectRefused(db, () => tusk.server({ dashbord: false } as never), 'server options', /"dashboard"/);
-    const server = await tusk.server({ adminToken: 'unused', dashboard: false, metrics: false });
+    await expectRefused(
+      db,
+      () => createServer(tusk, { metrics: { lag: 5 } } as never),
+      'server options.metrics',
+      /"lagMs"/,
+    );
+    await expectRefused(db, () => createServer(tusk, { dashbord: false } as never), 'server options', /"dashboard"/);
+    const server = await createServer(tusk, { adminToken: 'unused', dashboard: false, metrics: false });
     await expectRefused(db, () => server.listen({ port: 70000 }), 'listen options.port', /from 0 to 65535/);
     await expectRefused(db, () => tokens.create({ name: 'web\u0000app' }), 'options.name', /NUL/);
     await expectRefused(db, () => tokens.create({ tenant: 'acme\n' }), 'options.tenant', /control characters/);

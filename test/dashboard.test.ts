@@ -2,7 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { type Browser, chromium, type Locator, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import type { Listening } from '../src/index.js';
+import { createServer, type Listening } from '../src/index.js';
 import { useTestDb } from './helpers.js';
 import { CHROMIUM, chromiumPresent, needs } from './services.js';
 
@@ -21,7 +21,7 @@ const pageErrors: Error[] = [];
 beforeAll(async () => {
   if (!browserHere.available) return;
   mkdirSync(ARTIFACTS, { recursive: true });
-  listening = await (await db.tusk.server({ adminToken: ADMIN })).listen({ port: 0 });
+  listening = await (await createServer(db.tusk, { adminToken: ADMIN })).listen({ port: 0 });
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
   // a zone off UTC, and without summer time, so the times shown are known
   page = await browser.newPage({ viewport: { width: 1360, height: 900 }, timezoneId: ZONE });
@@ -505,7 +505,7 @@ describe('dashboard', () => {
   });
 
   it('a server that stops answering: the page says so and what to do, and carries on when it is back', async () => {
-    const server = await db.tusk.server({ adminToken: ADMIN });
+    const server = await createServer(db.tusk, { adminToken: ADMIN });
     let other = await server.listen({ port: 0 });
     const port = Number(new URL(other.url).port);
     const tab = await browser.newPage();

@@ -2,7 +2,7 @@
 // other jobs depend on stay (cancel them instead); over HTTP, a tenant's token deletes its
 // tenant's jobs only.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Listening } from '../src/index.js';
+import { createServer, type Listening } from '../src/index.js';
 import { useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -11,7 +11,7 @@ let listening: Listening;
 let acmeToken = '';
 
 beforeAll(async () => {
-  const server = await db.tusk.server({ adminToken: ADMIN, dashboard: false, metrics: false });
+  const server = await createServer(db.tusk, { adminToken: ADMIN, dashboard: false, metrics: false });
   acmeToken = (await server.tokens.create({ tenant: 'acme', scopes: ['read', 'manage'] })).token;
   listening = await server.listen({ port: 0 });
 });

@@ -1,6 +1,7 @@
 // GET /api/events: each job that finishes and each running job's progress, as Server-Sent
 // Events, a tenant's token seeing its own.
 import { describe, expect, it } from 'vitest';
+import { createServer } from '../src/index.js';
 import { useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -34,7 +35,7 @@ async function readEvents(res: Response, kind: string, count: number, ready: () 
 
 describe('GET /api/events', () => {
   it('streams each job that finishes; a tenant token sees its tenant’s only', async () => {
-    const server = await db.tusk.server({ adminToken: `admin-${'x'.repeat(40)}` });
+    const server = await createServer(db.tusk, { adminToken: `admin-${'x'.repeat(40)}` });
     const acme = (await server.tokens.create({ tenant: 'acme' })).token;
     const listening = await server.listen({ port: 0 });
     try {
@@ -74,7 +75,7 @@ describe('GET /api/events', () => {
 
   it('streams the progress workers write of running jobs; a tenant token sees its tenant’s only', async () => {
     const admin = `admin-${'y'.repeat(40)}`;
-    const server = await db.tusk.server({ adminToken: admin });
+    const server = await createServer(db.tusk, { adminToken: admin });
     const acme = (await server.tokens.create({ tenant: 'acme' })).token;
     const listening = await server.listen({ port: 0 });
     let release = () => {};

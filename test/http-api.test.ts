@@ -21,7 +21,7 @@ import {
   whoamiSchema,
   workerListSchema,
 } from '../src/http/schemas.js';
-import type { Listening, TuskServer } from '../src/index.js';
+import { createServer, type Listening, type TuskServer } from '../src/index.js';
 import { eventually, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -71,7 +71,7 @@ function expectInvalid(reply: Reply, field: string, message?: RegExp) {
 }
 
 beforeAll(async () => {
-  server = await db.tusk.server({ adminToken: ADMIN, metrics: { lagMs: 0 } });
+  server = await createServer(db.tusk, { adminToken: ADMIN, metrics: { lagMs: 0 } });
   listening = await server.listen({ port: 0 });
   acmeToken = (await server.tokens.create({ tenant: 'acme', name: 'acme app' })).token;
   globexToken = (await server.tokens.create({ tenant: 'globex' })).token;
@@ -259,7 +259,12 @@ describe('HTTP API', () => {
   });
 
   it('a body over the limit: 413', async () => {
-    const small = await db.tusk.server({ adminToken: ADMIN, maxBodyBytes: 1000, dashboard: false, metrics: false });
+    const small = await createServer(db.tusk, {
+      adminToken: ADMIN,
+      maxBodyBytes: 1000,
+      dashboard: false,
+      metrics: false,
+    });
     const response = await small.app.request('/api/jobs', {
       method: 'POST',
       headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
@@ -270,9 +275,11 @@ describe('HTTP API', () => {
   });
 
   it('a schema that was never migrated: 503 saying so', async () => {
-    const bare = await db
-      .another({ schema: `${db.schema}_none` })
-      .server({ adminToken: ADMIN, dashboard: false, metrics: false });
+    const bare = await createServer(db.another({ schema: `${db.schema}_none` }), {
+      adminToken: ADMIN,
+      dashboard: false,
+      metrics: false,
+    });
     for (const path of ['/api/jobs', '/api/jobs/1', '/api/workers']) {
       const response = await bare.app.request(path, { headers: { authorization: `Bearer ${ADMIN}` } });
       expect(response.status, path).toBe(503);

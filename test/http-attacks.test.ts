@@ -6,7 +6,7 @@ import { Hono } from 'hono';
 import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ApiTokens } from '../src/http/tokens.js';
-import { type Listening, TuskError, type TuskServer } from '../src/index.js';
+import { createServer, type Listening, TuskError, type TuskServer } from '../src/index.js';
 import { selectTenantJob } from '../src/queries/tenantJob.js';
 import { eventually, recorder, sleep, useTestDb } from './helpers.js';
 import { CHROMIUM, chromiumPresent, needs } from './services.js';
@@ -69,7 +69,7 @@ let bravo: string;
 const main = recorder();
 
 beforeAll(async () => {
-  server = await db.another({ logger: main.log }).server({ adminToken: ADMIN, metrics: { lagMs: 0 } });
+  server = await createServer(db.another({ logger: main.log }), { adminToken: ADMIN, metrics: { lagMs: 0 } });
   listening = await server.listen({ port: 0 });
   alpha = (await server.tokens.create({ tenant: 'alpha' })).token;
   bravo = (await server.tokens.create({ tenant: 'bravo' })).token;
@@ -82,7 +82,7 @@ describe('1. revoking the last token does not open the server', () => {
     // the token is made and revoked by another process (tusk tokens create / revoke)
     const cli = new ApiTokens(() => lone.tusk.pool(), lone.schema);
     const { token, info } = await cli.create({ name: 'the only one' });
-    const open = await lone.another({ logger: rec.log }).server({ dashboard: false, metrics: false });
+    const open = await createServer(lone.another({ logger: rec.log }), { dashboard: false, metrics: false });
     const served = await open.listen({ host: '0.0.0.0', port: 0 });
     const url = `http://127.0.0.1:${served.port}`;
     try {
@@ -119,7 +119,7 @@ describe('1. revoking the last token does not open the server', () => {
   });
 
   it('a server made with no token at all will not listen off loopback', async () => {
-    const none = await bare.tusk.server({ dashboard: false, metrics: false });
+    const none = await createServer(bare.tusk, { dashboard: false, metrics: false });
     await expect(none.listen({ host: '0.0.0.0', port: 0 })).rejects.toThrow(
       /refusing to listen on 0\.0\.0\.0 without a token/,
     );
@@ -241,7 +241,7 @@ describe('3. a server without auth cannot be driven by another site', () => {
   let local: Listening;
   const victim = () => bare.rows<{ n: number }>(`SELECT count(*)::int AS n FROM $schema.jobs`);
   beforeAll(async () => {
-    local = await (await bare.tusk.server({ metrics: false })).listen({ port: 0 });
+    local = await (await createServer(bare.tusk, { metrics: false })).listen({ port: 0 });
   });
   afterAll(() => local?.close());
 
@@ -351,8 +351,8 @@ describe('3. a server without auth cannot be driven by another site', () => {
 });
 
 describe('4. a mounted app is never silently open', () => {
-  it('with no auth configured, server().app refuses to be built, naming the option', async () => {
-    const none = await bare.tusk.server({ adminToken: process.env.TUSK_TEST_UNSET_VARIABLE });
+  it('with no auth configured, createServer().app refuses to be built, naming the option', async () => {
+    const none = await createServer(bare.tusk, { adminToken: process.env.TUSK_TEST_UNSET_VARIABLE });
     expect(() => none.app).toThrow(TuskError);
     expect(() => none.app).toThrow(/no auth is configured.*auth: 'none'/);
     // the tokens are still there to make one
@@ -360,18 +360,18 @@ describe('4. a mounted app is never silently open', () => {
   });
 
   it("auth: 'none' must be said, and answers loopback Host names only", async () => {
-    const open = await bare.tusk.server({ auth: 'none', dashboard: false, metrics: false });
+    const open = await createServer(bare.tusk, { auth: 'none', dashboard: false, metrics: false });
     const app = new Hono().route('/tusk', open.app);
     const publicly = await app.request('http://tusk.example.com/tusk/api/whoami');
     expect(publicly.status).toBe(403);
     const locally = await app.request('http://localhost/tusk/api/whoami');
     expect(await locally.json()).toEqual({ role: 'admin', tenant: null, scopes: ['admin'], auth: false });
     await expect(open.listen({ host: '0.0.0.0', port: 0 })).rejects.toThrow(/auth: 'none'/);
-    await expect(bare.tusk.server({ auth: 'none', adminToken: ADMIN })).rejects.toThrow(/say which/);
+    await expect(createServer(bare.tusk, { auth: 'none', adminToken: ADMIN })).rejects.toThrow(/say which/);
   });
 
   it("auth: 'token' with no token yet refuses every request (503) until one is made", async () => {
-    const strict = await bare.tusk.server({ auth: 'token', dashboard: false, metrics: false });
+    const strict = await createServer(bare.tusk, { auth: 'token', dashboard: false, metrics: false });
     const app = new Hono().route('/tusk', strict.app);
     const r = await app.request('http://tusk.example.com/tusk/api/whoami');
     expect(r.status).toBe(503);
@@ -379,7 +379,7 @@ describe('4. a mounted app is never silently open', () => {
   });
 
   it('an admin token under 32 characters is refused off loopback and when mounted', async () => {
-    const weak = await bare.tusk.server({ adminToken: 'a', dashboard: false, metrics: false });
+    const weak = await createServer(bare.tusk, { adminToken: 'a', dashboard: false, metrics: false });
     await expect(weak.listen({ host: '0.0.0.0', port: 0 })).rejects.toThrow(/is 1 characters.*at least 32/);
     expect(() => weak.app).toThrow(/in a mounted app it must be at least 32/);
     const onLoopback = await weak.listen({ port: 0 });
@@ -390,7 +390,7 @@ describe('4. a mounted app is never silently open', () => {
 
 describe('5. tenants cannot choose how large /metrics grows', () => {
   it('10 000 queue names of one tenant: at most 500 label sets a metric, the rest under _other, dropped when stale', async () => {
-    const watched = await db.another().server({
+    const watched = await createServer(db.another(), {
       adminToken: ADMIN,
       dashboard: false,
       metrics: { lagMs: 0, staleAfterMs: 1_000 },
@@ -449,7 +449,7 @@ describe('5. tenants cannot choose how large /metrics grows', () => {
 
 describe("6. one tenant's heavy reads do not slow the others", () => {
   it('a token over its request rate gets 429 with Retry-After; other tokens are served', async () => {
-    const limited = await db.tusk.server({
+    const limited = await createServer(db.tusk, {
       adminToken: ADMIN,
       dashboard: false,
       metrics: false,
@@ -468,7 +468,7 @@ describe("6. one tenant's heavy reads do not slow the others", () => {
   });
 
   it("a tenant's pile of slow lists waits on connections of its own: another tenant's fetch goes on", async () => {
-    const fair = await db.tusk.server({
+    const fair = await createServer(db.tusk, {
       adminToken: ADMIN,
       dashboard: false,
       metrics: false,
@@ -522,7 +522,7 @@ describe("6. one tenant's heavy reads do not slow the others", () => {
 
   it('lists and searches end at the statement timeout (503), answered and logged at warn', async () => {
     const rec = recorder();
-    const hasty = await db.another({ logger: rec.log }).server({
+    const hasty = await createServer(db.another({ logger: rec.log }), {
       adminToken: ADMIN,
       dashboard: false,
       metrics: false,
@@ -550,7 +550,7 @@ describe("6. one tenant's heavy reads do not slow the others", () => {
   });
 
   it('a flood of made-up tokens costs the database one query, not one each', async () => {
-    const guarded = await db.another().server({ adminToken: ADMIN, dashboard: false, metrics: false });
+    const guarded = await createServer(db.another(), { adminToken: ADMIN, dashboard: false, metrics: false });
     const app = guarded.app;
     // another process makes a token: it works at once
     const { token } = await new ApiTokens(() => db.tusk.pool(), db.schema).create({ tenant: 'charlie' });

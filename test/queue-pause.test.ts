@@ -1,5 +1,6 @@
 // Pausing a queue stops its claims for every worker and consumer; resuming starts them again.
 import { describe, expect, it } from 'vitest';
+import { createServer } from '../src/index.js';
 import { tusk as cli, cliEnv } from './cli.js';
 import { eventually, useTestDb } from './helpers.js';
 
@@ -53,7 +54,7 @@ describe('queue pause', () => {
     expect(paused.code, paused.stderr).toBe(0);
     expect(paused.stdout).toContain('queue reports paused');
     expect((await cli(env, 'queues', 'paused')).stdout).toMatch(/^reports\t\d{4}-/);
-    const server = await db.tusk.server({ auth: 'none' });
+    const server = await createServer(db.tusk, { auth: 'none' });
     const app = server.app;
     const post = (path: string) =>
       app.request(path, { method: 'POST', headers: { host: '127.0.0.1', 'content-type': 'application/json' } });

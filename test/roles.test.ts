@@ -2,7 +2,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Tusk } from '../src/index.js';
+import { createServer, Tusk } from '../src/index.js';
 import { tusk as cli, cliEnv } from './cli.js';
 import { eventually, useTestDb } from './helpers.js';
 
@@ -112,7 +112,7 @@ describe('least-privilege roles', () => {
       .find((w) => w.length >= 32) as string;
     const api = new Tusk({ connectionString: as(logins.api), schema: db.schema, logger: false });
     opened.push(api);
-    const server = await api.server({ auth: 'token' });
+    const server = await createServer(api, { auth: 'token' });
     const listening = await server.listen({ port: 0 });
     try {
       const call = (method: string, path: string, body?: unknown) =>

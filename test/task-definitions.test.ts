@@ -4,7 +4,7 @@
 // the SQL enqueue (queue, tenant, attempts). Refused payloads write nothing.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { type Listening, TuskValidationError } from '../src/index.js';
+import { createServer, type Listening, TuskValidationError } from '../src/index.js';
 import { tusk as cli, cliEnv } from './cli.js';
 import { useTestDb } from './helpers.js';
 
@@ -35,7 +35,7 @@ const job = async (id: string | bigint) =>
 let listening: Listening;
 beforeAll(async () => {
   await recordBy({ send_email: sendEmail, plain: () => {} }, 'mailer-1');
-  const server = await db.another().server({ adminToken: ADMIN, dashboard: false, metrics: false });
+  const server = await createServer(db.another(), { adminToken: ADMIN, dashboard: false, metrics: false });
   listening = await server.listen({ port: 0 });
 });
 afterAll(() => listening?.close());

@@ -4,6 +4,7 @@
 import { describe, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
 import {
+  createServer,
   type DefinedTask,
   defineTask,
   type Enqueued,
@@ -11,6 +12,7 @@ import {
   type Job,
   type JobContext,
   Tusk,
+  type TuskServer,
 } from '../src/index.js';
 
 const sendEmail = defineTask('send_email', {
@@ -157,6 +159,11 @@ describe('a Tusk with typed tasks', () => {
     expectTypeOf(tusk).toEqualTypeOf<Tusk<typeof tasks>>();
     const take = (t: Tusk) => t;
     take(tusk);
+  });
+
+  it('is served by createServer', () => {
+    expectTypeOf(createServer).toBeCallableWith(tusk, { auth: 'none' });
+    expectTypeOf(createServer).returns.toEqualTypeOf<Promise<TuskServer>>();
   });
 });
 

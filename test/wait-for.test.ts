@@ -1,5 +1,6 @@
 // waitFor and long polls: woken when the job's end commits, one connection for all waiters.
 import { describe, expect, it } from 'vitest';
+import { createServer } from '../src/index.js';
 import { useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -54,7 +55,7 @@ describe('tusk.waitFor', () => {
 
 describe('GET /api/jobs/:id?waitMs=', () => {
   it('answers once the job is finished (a long poll), and refuses a wait past 60 s', async () => {
-    const server = await db.tusk.server({ auth: 'none' });
+    const server = await createServer(db.tusk, { auth: 'none' });
     const get = (path: string) => Promise.resolve(server.app.request(path, { headers: { host: '127.0.0.1' } }));
     const { id } = await db.tusk.enqueue('w', null, { queue: 'wait-http' });
     const polled = get(`/api/jobs/${id}?waitMs=20000`).then(async (r) => ({ status: r.status, body: await r.json() }));

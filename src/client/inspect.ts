@@ -1,6 +1,6 @@
 import type { Queryable } from '../db/queryable.js';
 import { type JobFilter, listJobs } from '../queries/listJobs.js';
-import { listWorkers } from '../queries/listWorkers.js';
+import { listWorkers, type WorkerRow } from '../queries/listWorkers.js';
 import { activityBuckets } from '../queries/timeseries.js';
 import type { JobSummary } from '../types.js';
 import { toSummary } from './jobs.js';
@@ -21,37 +21,17 @@ export async function jobPage(db: Queryable, schema: string, filter: JobFilter):
   return { jobs, nextCursor: more ? (jobs.at(-1)?.id ?? null) : null };
 }
 
-/** A registered worker. */
-export interface WorkerInfo {
-  id: number;
-  name: string;
-  host: string;
-  pid: number;
-  /** null: all queues. */
-  queues: string[] | null;
-  concurrency: number;
-  version: string;
+/** A registered worker: its row, its times named in camelCase. */
+export interface WorkerInfo extends Omit<WorkerRow, 'started_at' | 'heartbeat_at'> {
   startedAt: Date;
   heartbeatAt: Date;
-  /** Its process and connection are up (its session lock is held). */
-  alive: boolean;
-  /** Jobs it holds: running, or claimed ahead into its buffer. */
-  jobs: number;
 }
 
 export async function workers(db: Queryable, schema: string): Promise<WorkerInfo[]> {
-  return (await listWorkers(db, schema)).map((w) => ({
-    id: w.id,
-    name: w.name,
-    host: w.host,
-    pid: w.pid,
-    queues: w.queues,
-    concurrency: w.concurrency,
-    version: w.version,
-    startedAt: w.started_at,
-    heartbeatAt: w.heartbeat_at,
-    alive: w.alive,
-    jobs: w.jobs,
+  return (await listWorkers(db, schema)).map(({ started_at, heartbeat_at, ...worker }) => ({
+    ...worker,
+    startedAt: started_at,
+    heartbeatAt: heartbeat_at,
   }));
 }
 

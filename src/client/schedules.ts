@@ -16,21 +16,14 @@ import type { TaskDefinition } from '../tasks/definition.js';
 import { nameSchema, parse } from '../validation/validate.js';
 import { jobRecord } from './entries.js';
 
-/** A schedule as stored. */
-export interface ScheduleInfo {
-  name: string;
-  cron: string;
-  tz: string;
-  task: string;
-  payload: unknown;
-  tenant: string;
-  queue: string;
-  priority: number;
+/** A schedule as stored: its row, named in camelCase (no concurrency key: null). */
+export interface ScheduleInfo
+  extends Pick<
+    ScheduleRow,
+    'name' | 'cron' | 'tz' | 'task' | 'payload' | 'tenant' | 'queue' | 'priority' | 'backfill' | 'source'
+  > {
   maxAttempts: number;
   concurrencyKey: string | null;
-  backfill: number;
-  /** `'api'`, or `'crontab'` for schedules kept in sync with a crontab file. */
-  source: 'api' | 'crontab';
   /** The next tick not enqueued yet (ticks are enqueued a little ahead); null if none is left. */
   nextRunAt: Date | null;
   /** The last tick enqueued, and its job. */
@@ -185,22 +178,14 @@ export class Schedules {
 }
 
 function toScheduleInfo(row: ScheduleRow): ScheduleInfo {
+  const { max_attempts, concurrency_key, retry: _, next_run_at, last_run_at, last_job_id, paused_at, ...same } = row;
   return {
-    name: row.name,
-    cron: row.cron,
-    tz: row.tz,
-    task: row.task,
-    payload: row.payload,
-    tenant: row.tenant,
-    queue: row.queue,
-    priority: row.priority,
-    maxAttempts: row.max_attempts,
-    concurrencyKey: row.concurrency_key === '' ? null : row.concurrency_key,
-    backfill: row.backfill,
-    source: row.source,
-    nextRunAt: row.next_run_at,
-    lastRunAt: row.last_run_at,
-    lastJobId: row.last_job_id,
-    pausedAt: row.paused_at,
+    ...same,
+    maxAttempts: max_attempts,
+    concurrencyKey: concurrency_key === '' ? null : concurrency_key,
+    nextRunAt: next_run_at,
+    lastRunAt: last_run_at,
+    lastJobId: last_job_id,
+    pausedAt: paused_at,
   };
 }

@@ -1,5 +1,4 @@
 import pg from 'pg';
-import type { Logger } from '../log.js';
 import { Tusk } from '../tusk.js';
 
 /** Connections of the server's own pools, and the statement timeout of lists and searches. */
@@ -23,16 +22,12 @@ export const DEFAULT_POOLS: PoolSizes = { reads: 3, leases: 2, readTimeoutMs: 5_
  */
 export class ServerPools {
   readonly #tusk: Tusk;
-  readonly #log: Logger;
   readonly #sizes: PoolSizes;
-  readonly #maxPayloadBytes: number;
   #open: Promise<{ reads: pg.Pool; reader: Tusk; leases: Tusk; leasePool: pg.Pool }> | null = null;
 
-  constructor(tusk: Tusk, log: Logger, sizes: PoolSizes, maxPayloadBytes: number) {
+  constructor(tusk: Tusk, sizes: PoolSizes) {
     this.#tusk = tusk;
-    this.#log = log;
     this.#sizes = sizes;
-    this.#maxPayloadBytes = maxPayloadBytes;
   }
 
   /** The pool of lists and searches (statement timeout `readTimeoutMs`). */
@@ -78,8 +73,8 @@ export class ServerPools {
         new Tusk({
           pool,
           schema: this.#tusk.schema,
-          logger: this.#log,
-          maxPayloadBytes: this.#maxPayloadBytes,
+          logger: this.#tusk.logger,
+          maxPayloadBytes: this.#tusk.maxPayloadBytes,
         });
       return { reads, reader: on(reads), leases: on(leasePool), leasePool };
     })().catch((error) => {

@@ -3,7 +3,6 @@ import { serve } from '@hono/node-server';
 import type { Hono } from 'hono';
 import { z } from 'zod';
 import { SQLSTATE, TuskError, TuskSchemaError, TuskValidationError } from '../errors.js';
-import type { Logger } from '../log.js';
 import { type MetricsOptions, TuskMetrics } from '../metrics/metrics.js';
 import type { Tusk } from '../tusk.js';
 import { describe, flagSchema, integer, parse, stringSchema } from '../validation/validate.js';
@@ -15,7 +14,7 @@ import { DEFAULT_POOLS, ServerPools } from './pools.js';
 import { DEFAULT_RATE_LIMIT, type RateLimit } from './rateLimit.js';
 import { ApiTokens } from './tokens.js';
 
-/** Options of `tusk.server()`. */
+/** Options of `createServer(tusk, options)`. */
 export interface ServerOptions {
   /**
    * `'token'`: every caller shows a token (refused while none is live). `'none'`: no
@@ -72,12 +71,6 @@ export interface TuskServer {
   close(): Promise<void>;
 }
 
-/** What the server takes from its Tusk. */
-export interface ServerHost {
-  log: Logger;
-  maxPayloadBytes: number;
-}
-
 /** Shortest admin token accepted off loopback and in a mounted app. */
 export const MIN_ADMIN_TOKEN_LENGTH = 32;
 const MIN_BATCH_BODY_BYTES = 4 * 1024 * 1024;
@@ -123,9 +116,10 @@ const listenSchema = z.strictObject({
   host: stringSchema().min(1).optional(),
 });
 
-export async function createServer(tusk: Tusk, host: ServerHost, given: ServerOptions = {}): Promise<TuskServer> {
+/** The server the package's `createServer` (src/index.ts) returns, this module loaded on its first call. */
+export async function createServer(tusk: Tusk, given: ServerOptions = {}): Promise<TuskServer> {
   const options = parse(optionsSchema, given, 'server options') as ServerOptions;
-  const { log } = host;
+  const log = tusk.logger;
   const adminToken = options.adminToken ?? (process.env.TUSK_ADMIN_TOKEN || undefined);
   if (options.auth === 'none' && adminToken !== undefined) {
     throw new TuskValidationError(
@@ -137,18 +131,13 @@ export async function createServer(tusk: Tusk, host: ServerHost, given: ServerOp
   const tokens = new ApiTokens(db, tusk.schema);
   const mode: AuthMode = options.auth ?? (adminToken !== undefined || (await anyLive(tokens)) ? 'token' : 'local');
   const auth = new Auth(tokens, adminToken, mode, log);
-  const pools = new ServerPools(
-    tusk,
-    log,
-    {
-      reads: options.connections?.reads ?? DEFAULT_POOLS.reads,
-      leases: options.connections?.leases ?? DEFAULT_POOLS.leases,
-      readTimeoutMs: options.readTimeoutMs ?? DEFAULT_POOLS.readTimeoutMs,
-    },
-    host.maxPayloadBytes,
-  );
+  const pools = new ServerPools(tusk, {
+    reads: options.connections?.reads ?? DEFAULT_POOLS.reads,
+    leases: options.connections?.leases ?? DEFAULT_POOLS.leases,
+    readTimeoutMs: options.readTimeoutMs ?? DEFAULT_POOLS.readTimeoutMs,
+  });
   const metrics = options.metrics === false ? null : new TuskMetrics(db, tusk.schema, options.metrics);
-  const maxBytes = options.maxBodyBytes ?? 2 * host.maxPayloadBytes + 64 * 1024;
+  const maxBytes = options.maxBodyBytes ?? 2 * tusk.maxPayloadBytes + 64 * 1024;
   const app = createApp({ tusk, db, pools, schema: tusk.schema, tokens, auth, metrics }, log, {
     dashboard: options.dashboard ?? true,
     limits: { maxBytes, maxBatchBytes: Math.max(options.maxBatchBodyBytes ?? MIN_BATCH_BODY_BYTES, maxBytes) },
@@ -208,7 +197,7 @@ export async function createServer(tusk: Tusk, host: ServerHost, given: ServerOp
     get app() {
       if (auth.mode === 'local') {
         throw new TuskError(
-          "tusk.server().app: no auth is configured (no adminToken option, TUSK_ADMIN_TOKEN unset, no live token in the database), so whoever reaches the mounted app would be admin. Give adminToken or create a token (tusk tokens create), pass auth: 'token' to ask for one, or pass auth: 'none' to mount it without auth (loopback Host names only)",
+          "createServer(…).app: no auth is configured (no adminToken option, TUSK_ADMIN_TOKEN unset, no live token in the database), so whoever reaches the mounted app would be admin. Give adminToken or create a token (tusk tokens create), pass auth: 'token' to ask for one, or pass auth: 'none' to mount it without auth (loopback Host names only)",
         );
       }
       const short = shortAdminToken('in a mounted app');

@@ -1,26 +1,29 @@
 import type { PreparedQueryable } from '../db/queryable.js';
 import { ident } from '../db/schema.js';
+import type { JobRow } from './jobColumns.js';
 
-/** A claimed job, as the claim returns it. */
-export interface ClaimedRow {
-  id: string;
-  tenant: string;
-  queue: string;
-  task: string;
-  payload: unknown;
-  priority: number;
-  attempts: number;
+/** A claimed job, as the claim returns it: the job's columns a handler needs, and its lease. */
+export interface ClaimedRow
+  extends Pick<
+    JobRow,
+    | 'id'
+    | 'tenant'
+    | 'queue'
+    | 'task'
+    | 'payload'
+    | 'priority'
+    | 'attempts'
+    | 'max_attempts'
+    | 'source_type'
+    | 'source_id'
+    | 'source_method'
+    | 'depends_on'
+  > {
   /** The lease's fencing token: drawn at this claim, never handed out again. */
   lease_token: string;
-  max_attempts: number;
   /** Milliseconds since the epoch (a number parses much faster than a timestamp). */
   created_ms: number;
   retry: unknown;
-  source_type: string | null;
-  source_id: string | null;
-  source_method: string | null;
-  /** The jobs it depends on (null: none). */
-  depends_on: string[] | null;
 }
 
 /** The select list giving a ClaimedRow from a row of claim_jobs or fetch_jobs. */

@@ -25,6 +25,7 @@ export interface JobRow {
   source_id: string | null;
   source_method: string | null;
   progress: unknown;
+  /** The jobs it depends on (null: none). */
   depends_on: string[] | null;
   waiting_on: number;
 }

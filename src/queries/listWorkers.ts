@@ -1,15 +1,10 @@
 import type { Queryable } from '../db/queryable.js';
 import { ident } from '../db/schema.js';
+import type { WorkerRegistration } from './workers.js';
 
-/** A registered worker, whether it is alive, and the jobs it holds. */
-export interface WorkerRow {
+/** A registered worker: what it registered, when, whether it is alive, and the jobs it holds. */
+export interface WorkerRow extends Omit<WorkerRegistration, 'id'> {
   id: number;
-  name: string;
-  host: string;
-  pid: number;
-  queues: string[] | null;
-  concurrency: number;
-  version: string;
   started_at: Date;
   heartbeat_at: Date;
   /** Its session lock is held: the process and its connection are up. */

@@ -15,6 +15,7 @@ export interface ScheduleRow {
   concurrency_key: string;
   retry: unknown;
   backfill: number;
+  /** `'api'`, or `'crontab'` for schedules kept in sync with a crontab file. */
   source: 'api' | 'crontab';
   next_run_at: Date | null;
   last_run_at: Date | null;

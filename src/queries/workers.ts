@@ -1,12 +1,14 @@
 import type { Queryable } from '../db/queryable.js';
 import { ident } from '../db/schema.js';
 
-/** What a worker registers: who it is and what it serves (`WorkerInfo` is how it is listed). */
+/** What a worker registers: who it is and what it serves (`WorkerRow` is how it is listed). */
 export interface WorkerRegistration {
+  /** Its id from an earlier registration, kept if free; null: a new one. */
   id: number | null;
   name: string;
   host: string;
   pid: number;
+  /** null: all queues. */
   queues: string[] | null;
   concurrency: number;
   version: string;

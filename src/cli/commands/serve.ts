@@ -39,7 +39,9 @@ export function serveCommand(program: Command): void {
         // open connections: one held open while serving keeps an idle server counted.
         held = await pool.connect();
         const connection = held;
-        const server = await tusk.server({
+        // loaded here rather than with the CLI: the other commands do without Hono
+        const { createServer } = await import('../../http/server.js');
+        const server = await createServer(tusk, {
           dashboard: options.dashboard,
           ...(options.metricsLagMs === undefined ? {} : { metrics: { lagMs: options.metricsLagMs } }),
         });

@@ -24,9 +24,8 @@ import {
   workerListSchema,
 } from '../schemas.js';
 import { SCOPES } from '../scopes.js';
-import { timeoutDoc } from './jobs.js';
+import { invalidDoc, searchDocs, timeoutDoc } from './docs.js';
 
-const invalidDoc = { description: 'a bad field, named in the error', schema: errorSchema };
 const tenantOf = (name: string | undefined) => parse(tenantParam, name, 'tenant');
 
 /** Health, identity, tenants, queues, workers, stats, activity and metrics. */
@@ -194,7 +193,7 @@ export function adminEndpoints(api: Api): Endpoint[] {
       access: 'admin',
       summary: 'Jobs by state per tenant, per queue and in total; oldest waiting job',
       query: statsQuery,
-      responses: { 200: { description: 'the counts', schema: statsSchema }, 400: invalidDoc, 503: timeoutDoc },
+      responses: { 200: { description: 'the counts', schema: statsSchema }, ...searchDocs },
       async handle(c, { query }) {
         const reader = await api.pools.reader();
         return c.json(await reader.stats(query.windowMs === undefined ? {} : { windowMs: query.windowMs }));
@@ -207,11 +206,7 @@ export function adminEndpoints(api: Api): Endpoint[] {
       access: 'admin',
       summary: 'Jobs enqueued and finished per time bucket, with wait and run time percentiles',
       query: timeseriesQuery,
-      responses: {
-        200: { description: 'buckets, oldest first', schema: timeseriesSchema },
-        400: invalidDoc,
-        503: timeoutDoc,
-      },
+      responses: { 200: { description: 'buckets, oldest first', schema: timeseriesSchema }, ...searchDocs },
       async handle(c, { query }) {
         const minutes = query.minutes ?? 60;
         const bucketSeconds = query.bucketSeconds ?? 60;

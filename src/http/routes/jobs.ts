@@ -12,7 +12,7 @@ import type { FlowSpec, Job } from '../../types.js';
 import { parse } from '../../validation/validate.js';
 import type { Api } from '../api.js';
 import { scopedTenant } from '../auth.js';
-import { type Endpoint, endpoint } from '../endpoint.js';
+import { type Endpoint, endpoint, type ResponseDoc } from '../endpoint.js';
 import type { AppEnv } from '../env.js';
 import { HttpError, inBody, notFound } from '../errors.js';
 import {
@@ -35,10 +35,7 @@ import {
   stateSchema,
 } from '../schemas.js';
 import type { Principal } from '../tokens.js';
-
-const notFoundDoc = { description: 'no such job (or not this token’s tenant’s)', schema: errorSchema };
-const invalidDoc = { description: 'a bad field, named in the error', schema: errorSchema };
-export const timeoutDoc = { description: 'past the statement timeout of lists and searches', schema: errorSchema };
+import { invalidDoc, jobNotFoundDoc, searchDocs } from './docs.js';
 
 /**
  * The job of `:id` if the caller may see it, else 404 (whether it exists or not). For a
@@ -82,6 +79,30 @@ async function tenantDependencies(
 }
 
 export function jobEndpoints(api: Api): Endpoint[] {
+  /**
+   * A change to the job of `:id`, which the caller must see (else 404): `act` answers, or
+   * throws a 409 saying why not, or gives null when the job went in the meantime (404).
+   */
+  const onJob = (e: {
+    method: 'post' | 'delete';
+    path: string;
+    summary: string;
+    responses: Record<number, ResponseDoc>;
+    act(job: Job): Promise<object | null>;
+  }) =>
+    endpoint({
+      method: e.method,
+      path: e.path,
+      tag: 'jobs',
+      access: 'manage',
+      summary: e.summary,
+      responses: { ...e.responses, 404: jobNotFoundDoc },
+      async handle(c) {
+        const answer = await e.act(await visibleJob(api, c));
+        if (answer === null) throw notFound('job');
+        return c.json(answer);
+      },
+    });
   return [
     endpoint({
       method: 'post',
@@ -169,11 +190,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
       summary: 'List jobs, newest first, with filters and keyset paging',
       description: 'Runs under the statement timeout of lists and searches (503 past it), on connections of its own.',
       query: listJobsQuery,
-      responses: {
-        200: { description: 'a page of jobs', schema: jobListSchema },
-        400: invalidDoc,
-        503: timeoutDoc,
-      },
+      responses: { 200: { description: 'a page of jobs', schema: jobListSchema }, ...searchDocs },
       async handle(c, { query }) {
         const page = await jobPage(await api.pools.reads(), api.schema, {
           state: query.state ?? null,
@@ -258,7 +275,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
       access: 'read',
       summary: 'A job in any state: status, timings, stats, result, errors; with waitMs, once it is finished',
       query: jobQuery,
-      responses: { 200: { description: 'the job', schema: jobSchema }, 400: invalidDoc, 404: notFoundDoc },
+      responses: { 200: { description: 'the job', schema: jobSchema }, 400: invalidDoc, 404: jobNotFoundDoc },
       async handle(c, { query }) {
         const job = await visibleJob(api, c);
         if (!query.waitMs || FINISHED.has(job.state)) return c.json(job);
@@ -266,57 +283,45 @@ export function jobEndpoints(api: Api): Endpoint[] {
         return c.json((await api.tusk.waitFor(job.id, { timeoutMs: query.waitMs })) ?? job);
       },
     }),
-    endpoint({
+    onJob({
       method: 'post',
       path: '/api/jobs/:id/cancel',
-      tag: 'jobs',
-      access: 'manage',
       summary: 'Cancel a job (a running one is asked to stop: its state stays running until it does)',
-      responses: { 200: { description: 'its state after the call', schema: stateSchema }, 404: notFoundDoc },
-      async handle(c) {
-        const job = await visibleJob(api, c);
+      responses: { 200: { description: 'its state after the call', schema: stateSchema } },
+      async act(job) {
         const state = await api.tusk.cancel(job.id);
-        if (state === null) throw notFound('job');
-        return c.json({ state });
+        return state === null ? null : { state };
       },
     }),
-    endpoint({
+    onJob({
       method: 'delete',
       path: '/api/jobs/:id',
-      tag: 'jobs',
-      access: 'manage',
       summary: 'Delete a job that waits to run or has finished, with its record',
       responses: {
         200: { description: 'deleted', schema: deletedSchema },
-        404: notFoundDoc,
         409: { description: 'the job is running, or other jobs depend on it: cancel it', schema: errorSchema },
       },
-      async handle(c) {
-        const job = await visibleJob(api, c);
+      async act(job) {
         const outcome = await api.tusk.deleteJob(job.id);
-        if (outcome === 'not_found') throw notFound('job');
+        if (outcome === 'not_found') return null;
         if (outcome !== 'deleted') {
           const why = outcome === 'running' ? 'it is running' : 'other jobs depend on it';
           throw new HttpError(409, 'not_deletable', `job ${job.id} is not deleted: ${why}; cancel it instead`);
         }
-        return c.json({ id: job.id, deleted: true as const });
+        return { id: job.id, deleted: true as const };
       },
     }),
-    endpoint({
+    onJob({
       method: 'post',
       path: '/api/jobs/:id/retry',
-      tag: 'jobs',
-      access: 'manage',
       summary: 'Run a dead, cancelled, expired or failed job again now (attempts reset, errors kept)',
       responses: {
         200: { description: 'queued again', schema: stateSchema },
-        404: notFoundDoc,
         409: { description: 'the job is waiting, running or succeeded', schema: errorSchema },
       },
-      async handle(c) {
-        const job = await visibleJob(api, c);
+      async act(job) {
         const retried = await api.tusk.retry(job.id);
-        if (retried === null) throw notFound('job');
+        if (retried === null) return null;
         if (!retried) {
           throw new HttpError(
             409,
@@ -324,7 +329,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
             `job ${job.id} is ${job.state}: only dead, cancelled, expired or failed jobs can be retried`,
           );
         }
-        return c.json({ state: 'available' });
+        return { state: 'available' };
       },
     }),
   ];

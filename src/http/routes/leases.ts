@@ -1,8 +1,11 @@
 import type { Context } from 'hono';
+import type { z } from 'zod';
 import { jobId } from '../../client/jobs.js';
+import type { Tusk } from '../../tusk.js';
+import type { Lease } from '../../types.js';
 import type { Api } from '../api.js';
 import { scopedTenant } from '../auth.js';
-import { type Endpoint, endpoint } from '../endpoint.js';
+import { type Endpoint, endpoint, type ResponseDoc } from '../endpoint.js';
 import type { AppEnv } from '../env.js';
 import { inBody } from '../errors.js';
 import {
@@ -16,11 +19,12 @@ import {
   okSchema,
   stateSchema,
 } from '../schemas.js';
+import { invalidDoc, jobNotFoundDoc } from './docs.js';
 import { visibleJob } from './jobs.js';
 
 const leaseDocs = {
-  400: { description: 'a bad field, named in the error', schema: errorSchema },
-  404: { description: 'no such job (or not this token’s tenant’s)', schema: errorSchema },
+  400: invalidDoc,
+  404: jobNotFoundDoc,
   409: {
     description: 'the lease is not held any more (ran out and leased again, or already acked)',
     schema: errorSchema,
@@ -28,7 +32,7 @@ const leaseDocs = {
 };
 
 /** The lease `{ id, token }` of `:id`; a tenant's API token must own the job (else 404). */
-async function lease(api: Api, c: Context<AppEnv>, token: string) {
+async function lease(api: Api, c: Context<AppEnv>, token: string): Promise<Lease> {
   const id = jobId(c.req.param('id'), 'id');
   if (c.get('principal').tenant !== null) await visibleJob(api, c, await api.pools.leasePool());
   return { id, token };
@@ -39,6 +43,27 @@ async function lease(api: Api, c: Context<AppEnv>, token: string) {
  * the server's lease pool, so that lists and searches, however many, never hold them up.
  */
 export function leaseEndpoints(api: Api): Endpoint[] {
+  /** `POST /api/jobs/:id/<verb>` on a held lease: the lease checked, then `act` on the lease pool answers. */
+  const onLease = <B extends z.ZodType<{ token: string }>>(e: {
+    verb: string;
+    summary: string;
+    body: B;
+    ok: ResponseDoc;
+    act(leases: Tusk, held: Lease, body: z.output<B>): Promise<object>;
+  }) =>
+    endpoint({
+      method: 'post',
+      path: `/api/jobs/:id/${e.verb}`,
+      tag: 'workers anywhere',
+      access: 'lease',
+      summary: e.summary,
+      body: e.body,
+      responses: { 200: e.ok, ...leaseDocs },
+      async handle(c, { body }) {
+        const held = await lease(api, c, body.token);
+        return c.json(await e.act(await api.pools.leases(), held, body));
+      },
+    });
   return [
     endpoint({
       method: 'post',
@@ -48,53 +73,38 @@ export function leaseEndpoints(api: Api): Endpoint[] {
       summary: 'Lease up to count jobs (GET); each stays running until acked, nacked or its lease runs out',
       body: fetchBody,
       bodyOptional: true,
-      responses: { 200: { description: 'the leased jobs (maybe none)', schema: fetchedSchema }, 400: leaseDocs[400] },
+      responses: { 200: { description: 'the leased jobs (maybe none)', schema: fetchedSchema }, 400: invalidDoc },
       async handle(c, { body }) {
         const tenant = scopedTenant(c.get('principal'), body.tenant, 'body.tenant');
         return c.json({ jobs: await (await api.pools.leases()).fetch({ ...body, tenant }) });
       },
     }),
-    endpoint({
-      method: 'post',
-      path: '/api/jobs/:id/ack',
-      tag: 'workers anywhere',
-      access: 'lease',
+    onLease({
+      verb: 'ack',
       summary: 'Complete a leased job with its result (ACK)',
       body: ackBody,
-      responses: { 200: { description: 'completed', schema: okSchema }, ...leaseDocs },
-      async handle(c, { body }) {
-        const held = await lease(api, c, body.token);
-        const leases = await api.pools.leases();
+      ok: { description: 'completed', schema: okSchema },
+      async act(leases, held, body) {
         await inBody(() => leases.ack(held, body.result));
-        return c.json({ ok: true });
+        return { ok: true };
       },
     }),
-    endpoint({
-      method: 'post',
-      path: '/api/jobs/:id/nack',
-      tag: 'workers anywhere',
-      access: 'lease',
+    onLease({
+      verb: 'nack',
       summary: 'Give a leased job back after a failed attempt (NACK): retried after delayMs, or dead',
       body: nackBody,
-      responses: { 200: { description: 'its state now', schema: stateSchema }, ...leaseDocs },
-      async handle(c, { body }) {
-        const { token, ...options } = body;
-        const held = await lease(api, c, token);
-        const leases = await api.pools.leases();
-        return c.json({ state: await inBody(() => leases.nack(held, options)) });
+      ok: { description: 'its state now', schema: stateSchema },
+      async act(leases, held, { token: _, ...options }) {
+        return { state: await inBody(() => leases.nack(held, options)) };
       },
     }),
-    endpoint({
-      method: 'post',
-      path: '/api/jobs/:id/extend',
-      tag: 'workers anywhere',
-      access: 'lease',
+    onLease({
+      verb: 'extend',
       summary: 'Keep a leased job for leaseMs more from now (WORKING)',
       body: extendBody,
-      responses: { 200: { description: 'the new end of the lease', schema: leaseUntilSchema }, ...leaseDocs },
-      async handle(c, { body }) {
-        const held = await lease(api, c, body.token);
-        return c.json({ leaseUntil: await (await api.pools.leases()).extendLease(held, body.leaseMs) });
+      ok: { description: 'the new end of the lease', schema: leaseUntilSchema },
+      async act(leases, held, body) {
+        return { leaseUntil: await leases.extendLease(held, body.leaseMs) };
       },
     }),
   ];

@@ -1,8 +1,18 @@
+import type { Context } from 'hono';
 import { parse } from '../../validation/validate.js';
 import type { Api } from '../api.js';
 import { type Endpoint, endpoint } from '../endpoint.js';
+import type { AppEnv } from '../env.js';
 import { notFound } from '../errors.js';
 import { errorSchema, scheduleListSchema, scheduleParam, scheduleRemovedSchema, scheduleSchema } from '../schemas.js';
+
+const nameDocs = {
+  400: { description: 'a bad name', schema: errorSchema },
+  404: { description: 'no schedule of that name', schema: errorSchema },
+};
+
+/** The schedule name of `:name`. */
+const nameOf = (c: Context<AppEnv>) => parse(scheduleParam, c.req.param('name'), 'name');
 
 /** Schedules: listed, paused, resumed and removed (set through the library, the CLI or a crontab file). */
 export function scheduleEndpoints(api: Api): Endpoint[] {
@@ -15,13 +25,9 @@ export function scheduleEndpoints(api: Api): Endpoint[] {
       summary: paused
         ? 'Pause a schedule: no tick is enqueued, its ticks enqueued ahead and not started are cancelled'
         : 'Resume a paused schedule at its next tick from now (the ticks of the pause are skipped)',
-      responses: {
-        200: { description: 'the schedule now', schema: scheduleSchema },
-        400: { description: 'a bad name', schema: errorSchema },
-        404: { description: 'no schedule of that name', schema: errorSchema },
-      },
+      responses: { 200: { description: 'the schedule now', schema: scheduleSchema }, ...nameDocs },
       async handle(c) {
-        const name = parse(scheduleParam, c.req.param('name'), 'name');
+        const name = nameOf(c);
         const info = paused ? await api.tusk.schedules.pause(name) : await api.tusk.schedules.resume(name);
         if (!info) throw notFound('schedule');
         return c.json(info);
@@ -49,13 +55,9 @@ export function scheduleEndpoints(api: Api): Endpoint[] {
       summary: 'Remove a schedule; its ticks enqueued ahead and not started are cancelled',
       description:
         'A schedule from a crontab file (source crontab) comes back at the next sync unless the file drops it.',
-      responses: {
-        200: { description: 'removed', schema: scheduleRemovedSchema },
-        400: { description: 'a bad name', schema: errorSchema },
-        404: { description: 'no schedule of that name', schema: errorSchema },
-      },
+      responses: { 200: { description: 'removed', schema: scheduleRemovedSchema }, ...nameDocs },
       async handle(c) {
-        const name = parse(scheduleParam, c.req.param('name'), 'name');
+        const name = nameOf(c);
         if (!(await api.tusk.schedules.remove(name))) throw notFound('schedule');
         return c.json({ name, removed: true as const });
       },

@@ -1,7 +1,7 @@
 // A new ESM TypeScript app using the packed tusk-queue: compiled with strict tsc (no
 // skipLibCheck, so the package's own .d.ts files are checked), then run against
 // DATABASE_URL. Prints one line; exits non-zero on any failure.
-import { defineTask, Tusk, TuskValidationError } from 'tusk-queue';
+import { createServer, defineTask, Tusk, TuskValidationError } from 'tusk-queue';
 
 const add = defineTask('add', {
   handler: async (payload: { a: number; b: number }) => ({ sum: payload.a + payload.b }),
@@ -34,7 +34,14 @@ try {
   if (sum !== 5) throw new Error(`expected the sum 5, got ${sum}`);
   const refused = await tusk.untyped.enqueue('add', null, { delayMs: -1 }).catch((error: unknown) => error);
   if (!(refused instanceof TuskValidationError)) throw new Error('a negative delay was not refused');
-  console.log(`esm: job ${id} succeeded with ${JSON.stringify(job.result)}; bad input refused: ${refused.message}`);
+  // the HTTP server, whose code the package loads on this first call
+  const server = await createServer(tusk, { auth: 'none', dashboard: false, metrics: false });
+  const health = await server.app.request('/api/health');
+  await server.close();
+  if (health.status !== 200) throw new Error(`GET /api/health answered ${health.status}`);
+  console.log(
+    `esm: job ${id} succeeded with ${JSON.stringify(job.result)}; bad input refused: ${refused.message}; /api/health ${health.status}`,
+  );
 } finally {
   await (await tusk.pool()).query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
   await tusk.close();
