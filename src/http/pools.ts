@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { withoutJit } from '../db/connection.js';
 import { Tusk } from '../tusk.js';
 
 /** Connections of the server's own pools, and the statement timeout of lists and searches. */
@@ -65,7 +66,7 @@ export class ServerPools {
         // the app's settings, without what makes its pool its own
         const { max: _max, application_name: _name, ...settings } = base as pg.PoolConfig;
         // (the Tusk made on it logs its idle connections' errors)
-        return new pg.Pool({ ...settings, ...extra, max, application_name: name, allowExitOnIdle: true });
+        return withoutJit(new pg.Pool({ ...settings, ...extra, max, application_name: name, allowExitOnIdle: true }));
       };
       const reads = make('tusk http reads', this.#sizes.reads, { statement_timeout: this.#sizes.readTimeoutMs });
       const leasePool = make('tusk http leases', this.#sizes.leases);
