@@ -385,7 +385,7 @@ DECLARE
   v_now timestamptz;
   v_left integer := p_limit;
   v_share integer;
-  v_most integer;
+  v_full text[];
 BEGIN
   IF p_limit <= 0 THEN RETURN; END IF;
   -- A worker's claim (its own transaction) need not wait for its WAL to reach disk: lost
@@ -395,14 +395,17 @@ BEGIN
   IF p_async_commit THEN
     SET LOCAL synchronous_commit = off;
   END IF;
+  -- (queue, tenant) pairs with work: what other tenants have waiting, however many
+  -- concurrency keys, costs nothing here
+  v_pairs := "tusk".ready_pairs(p_queues, p_tenant);
+  IF v_pairs IS NULL THEN RETURN; END IF;
   -- Rounds: each tenant chosen takes at most its share of what is left (`share`, below);
-  -- another round follows only when a tenant took its whole share, so it may have more.
+  -- another round follows, among the tenants that took their whole share (v_full), only
+  -- when there are some: they may have more. Each round takes at least one job or ends.
   LOOP
-    -- (queue, tenant) pairs with work: what other tenants have waiting, however many
-    -- concurrency keys, costs nothing here
-    v_pairs := "tusk".ready_pairs(p_queues, p_tenant);
-    IF v_pairs IS NULL THEN RETURN; END IF;
-    SELECT array_agg(DISTINCT l.tenant) INTO v_candidates FROM unnest(v_pairs) l;
+    SELECT array_agg(DISTINCT l.tenant) INTO v_candidates FROM unnest(v_pairs) l
+    WHERE v_full IS NULL OR l.tenant = ANY (v_full);
+    IF v_candidates IS NULL THEN RETURN; END IF;
 
     -- Tenants first seen in jobs (SQL inserts, new tenants) get their row here, not at
     -- enqueue, so enqueue never takes a lock a caller's transaction would hold.
@@ -597,7 +600,7 @@ BEGIN
       FROM keyed k WHERE k.key_free IS NULL OR k.rk <= k.key_free
     ),
     chosen AS MATERIALIZED (
-      SELECT r.* FROM ranked r WHERE r.rn <= r.free
+      SELECT r.* FROM ranked r WHERE r.rn <= least(r.free, (SELECT s.n FROM share s))
       ORDER BY r.rn, r.last_served_at, r.tenant
       LIMIT v_left
     )
@@ -678,8 +681,9 @@ BEGIN
         AND (a.expires_at IS NULL OR a.expires_at > now()));
 
     v_left := v_left - cardinality(v_ids);
-    SELECT max(c.n) INTO v_most FROM (SELECT count(*) AS n FROM unnest(v_tenants) t GROUP BY t) c;
-    EXIT WHEN v_left <= 0 OR v_most < v_share;
+    SELECT array_agg(c.t) INTO v_full FROM (
+      SELECT t FROM unnest(v_tenants) t GROUP BY t HAVING count(*) >= v_share) c;
+    EXIT WHEN v_left <= 0 OR v_full IS NULL;
   END LOOP;
 END $$;
 

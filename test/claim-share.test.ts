@@ -92,6 +92,50 @@ describe('a claim takes a share per tenant', () => {
     for (const [t, ids] of byTenant(got)) expect(ids).toEqual((order.get(t) ?? []).slice(0, ids.length));
   });
 
+  it("a tenant's jobs across several queues are taken in (priority, id) order, also past its first share", async () => {
+    // the more urgent queue's jobs come later in id order; the other tenant has fewer
+    // jobs than its share, so the first one's share grows in a second round
+    await db.pool.query(
+      `INSERT INTO ${s}.jobs (task, payload, queue, tenant, priority)
+       SELECT 'work', 'null', q.queue, 'wide', q.priority
+       FROM (VALUES ('wide-normal', 0), ('wide-urgent', -1)) q(queue, priority), generate_series(1, 100)
+       ORDER BY q.priority DESC`,
+    );
+    await db.pool.query(
+      `INSERT INTO ${s}.jobs (task, payload, queue, tenant) VALUES ('work', 'null', 'wide-normal', 'one')`,
+    );
+    const { rows } = await db.pool.query<{ id: string; tenant: string; priority: number }>(
+      `SELECT id, tenant, priority FROM ${s}.claim_jobs(NULL, 20, 60000, $1)`,
+      [['wide-normal', 'wide-urgent']],
+    );
+    const wide = rows.filter((r) => r.tenant === 'wide');
+    expect(rows.filter((r) => r.tenant === 'one')).toHaveLength(1);
+    expect(wide).toHaveLength(19);
+    const urgent = await db.rows<{ id: string }>(
+      `SELECT id::text FROM $schema.jobs WHERE queue = 'wide-urgent' ORDER BY id LIMIT 19`,
+    );
+    expect(wide.map((r) => r.id).sort((a, b) => Number(a) - Number(b))).toEqual(urgent.map((r) => r.id));
+  });
+
+  it('a tenant that yields nothing (its key at its limit) costs no extra rounds: the second goes to the tenant that filled its share', async () => {
+    await db.tusk.tenants.set('stuck', { perKey: 1 });
+    await db.pool.query(
+      `INSERT INTO ${s}.jobs (task, payload, queue, tenant, concurrency_key)
+       SELECT 'work', 'null', 'rounds', 'stuck', 'k' FROM generate_series(1, 5)`,
+    );
+    expect(
+      (await db.pool.query(`SELECT id FROM ${s}.claim_jobs(NULL, 1, 60000, $1, 'stuck')`, [['rounds']])).rows,
+    ).toHaveLength(1); // its key is at its limit now, its other jobs still available
+    await fill('rounds', { busy: 1000 });
+    const got = await claim('rounds', 1000);
+    expect(got.filter((r) => r.tenant === 'busy')).toHaveLength(1000);
+    // one serve a round: the first with both tenants chosen, the second with busy alone
+    const serves = await db.rows<{ n: number }>(
+      `SELECT count(*)::int AS n FROM $schema.tenant_serves WHERE tenant = 'busy'`,
+    );
+    expect(serves[0]?.n).toBe(2);
+  });
+
   it('a tenant out of slots leaves its share to the others', async () => {
     const queue = 'slots';
     await db.tusk.tenants.set('small', { slots: 3 });
