@@ -111,8 +111,8 @@ function refuseSquashed(schema: string, version: number): void {
         `Tusk's development before 0.1 were squashed into one baseline (version ${BASELINE_VERSION}), and this Tusk ` +
         `cannot upgrade a schema that stopped part of the way. Either drop the schema (\`DROP SCHEMA ${ident(schema)} ` +
         `CASCADE\`: its jobs and history are lost) and run \`tusk migrate\` to create it again, or first upgrade it ` +
-        `to version ${BASELINE_VERSION} with the last build of Tusk from before the squash (its sql/ folder holds the ` +
-        `numbered migrations up to version ${BASELINE_VERSION}), then use this one.`,
+        `to version ${BASELINE_VERSION} with a build of Tusk from before the squash (commit 98a8ea1 or earlier: its ` +
+        `sql/ folder holds the numbered migrations up to version ${BASELINE_VERSION}), then use this one.`,
     );
   }
 }
