@@ -23,19 +23,6 @@ export interface Database {
   close(): Promise<void>;
 }
 
-/**
- * Turns JIT off on each connection of a pool Tusk made: its statements are short, and a plan
- * estimated from a new schema's empty, never analyzed tables (the tenants list: a cost of 9
- * million for 2 rows) spent 4 s compiling for a query of 1 ms. A `SET` once connected, not
- * a startup option: poolers such as PgBouncer refuse startup options, and a caller's own
- * (`PGOPTIONS`, `options` in the URL) stay as given. A refused `SET` leaves JIT as it was.
- */
-export function withoutJit(pool: pg.Pool): pg.Pool {
-  // queries on a client run in order: this one before any the pool's user sends
-  pool.on('connect', (client) => void client.query('SET jit = off').catch(() => {}));
-  return pool;
-}
-
 export async function openDatabase(options: ConnectionOptions, log: Logger): Promise<Database> {
   if (options.pool) {
     const pool = options.pool;
@@ -53,7 +40,7 @@ export async function openDatabase(options: ConnectionOptions, log: Logger): Pro
     );
   }
   const clientConfig: pg.ClientConfig = { connectionString, application_name: 'tusk' };
-  const pool = withoutJit(new pg.Pool({ ...clientConfig, max: options.maxConnections ?? 10 }));
+  const pool = new pg.Pool({ ...clientConfig, max: options.maxConnections ?? 10 });
   // An idle client can fail (server restart, pg_terminate_backend): log it, never crash.
   pool.on('error', (error) => log.warn({ err: error }, 'idle database connection failed'));
   return {

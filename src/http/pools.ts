@@ -1,5 +1,4 @@
 import pg from 'pg';
-import { withoutJit } from '../db/connection.js';
 import { Tusk } from '../tusk.js';
 
 /** Connections of the server's own pools, and the statement timeout of lists and searches. */
@@ -66,7 +65,7 @@ export class ServerPools {
         // the app's settings, without what makes its pool its own
         const { max: _max, application_name: _name, ...settings } = base as pg.PoolConfig;
         // (the Tusk made on it logs its idle connections' errors)
-        return withoutJit(new pg.Pool({ ...settings, ...extra, max, application_name: name, allowExitOnIdle: true }));
+        return new pg.Pool({ ...settings, ...extra, max, application_name: name, allowExitOnIdle: true });
       };
       const reads = make('tusk http reads', this.#sizes.reads, { statement_timeout: this.#sizes.readTimeoutMs });
       const leasePool = make('tusk http leases', this.#sizes.leases);

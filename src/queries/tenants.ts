@@ -34,9 +34,19 @@ export interface TenantRow {
  * left come from rate_left, the function the claim itself uses.
  */
 export async function selectTenants(db: Queryable, schema: string, tenant: string | null): Promise<TenantRow[]> {
+  const { rows } = await db.query<TenantRow>(tenantsSql(schema), [tenant]);
+  return rows;
+}
+
+/**
+ * The statement of `selectTenants` ($1: a tenant or null). Its one config row is read with
+ * LIMIT 1: the planner, not knowing a new schema's config holds one row (never analyzed,
+ * 1 540 estimated), put the list at a cost of 9 million and compiled it with JIT, 4 s for
+ * a query of 1 ms; the dashboard's tenants page never drew on a busy machine.
+ */
+export function tenantsSql(schema: string): string {
   const s = ident(schema);
-  const { rows } = await db.query<TenantRow>(
-    `WITH counts AS (
+  return `WITH counts AS (
        SELECT tenant,
               count(*) FILTER (WHERE state = 'running')::integer AS running,
               count(*) FILTER (WHERE state = 'available')::integer AS available,
@@ -67,11 +77,8 @@ export async function selectTenants(db: Queryable, schema: string, tenant: strin
             n.next_run_at
      FROM (SELECT * FROM ${s}.tenants WHERE $1::text IS NULL OR tenant = $1) t
      FULL JOIN counts n ON n.tenant = t.tenant
-     CROSS JOIN ${s}.config c
-     ORDER BY 1`,
-    [tenant],
-  );
-  return rows;
+     CROSS JOIN (SELECT default_slots, retention FROM ${s}.config LIMIT 1) c
+     ORDER BY 1`;
 }
 
 /** Settings to change; undefined leaves a setting as it is, null resets it. */
