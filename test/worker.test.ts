@@ -44,6 +44,25 @@ describe('worker', () => {
     expect(job.finishedAt?.getTime()).toBeGreaterThanOrEqual(job.startedAt?.getTime() ?? Number.POSITIVE_INFINITY);
   });
 
+  it('stop() asked while start() is under way: the worker ends stopped, unregistered, and runs nothing after (3 times)', async () => {
+    for (let round = 0; round < 3; round++) {
+      const ran = { stopped: 0, other: 0 };
+      const worker = db.worker({ queues: [`stop-starting-${round}`], tasks: { work: () => void ran.stopped++ } });
+      const started = worker.start();
+      const stopped = worker.stop(); // before the start has registered or connected
+      await Promise.all([started, stopped]);
+      expect(worker.state).toBe('stopped');
+      expect(await db.rows('SELECT id FROM $schema.workers WHERE id = $1', [worker.id])).toEqual([]);
+      // a job for its queue, then a worker that takes it: the stopped one took nothing
+      await db.tusk.enqueue('work', null, { queue: `stop-starting-${round}` });
+      const other = db.worker({ queues: [`stop-starting-${round}`], tasks: { work: () => void ran.other++ } });
+      await other.start();
+      await eventually(() => ran.other + ran.stopped === 1, 10_000, 20, 'the job run');
+      await other.stop();
+      expect(ran).toEqual({ stopped: 0, other: 1 });
+    }
+  });
+
   it('runs jobs FIFO by (priority, enqueue order)', async () => {
     const order: number[] = [];
     const specs = [5, 0, 5, -1, 0, 5, -1, 0].map((priority, i) => ({

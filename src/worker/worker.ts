@@ -77,6 +77,7 @@ export class Worker {
   readonly #wakeups = new Wakeups(() => this.#state === 'running');
   readonly #timeLimits: TimeLimits;
   #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
+  #starting: Promise<void> | null = null;
   #run: Run | null = null;
   #stopped: Promise<void> | null = null;
   #loops: Promise<void>[] = [];
@@ -118,6 +119,11 @@ export class Worker {
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new TuskError(`worker cannot start: it is ${this.#state}`);
     this.#state = 'starting';
+    this.#starting = this.#begin();
+    return this.#starting;
+  }
+
+  async #begin(): Promise<void> {
     let run: Run;
     try {
       const db = await this.#host.database();
@@ -236,7 +242,15 @@ export class Worker {
       this.#host.forget(this);
     }
     if (this.#state === 'stopped') return this.#stopped ?? Promise.resolve();
-    this.#stopped ??= this.#shutdown();
+    // asked while starting: the start is let finish (or fail), then stopped; shut down at
+    // once, the start went on afterwards and left a worker claiming after its stop
+    this.#stopped ??=
+      this.#state === 'starting' && this.#starting
+        ? this.#starting.then(
+            () => this.#shutdown(),
+            () => {},
+          )
+        : this.#shutdown();
     return this.#stopped;
   }
 
