@@ -63,22 +63,20 @@ BEGIN
   -- concurrency keys, costs nothing here
   v_pairs := :SCHEMA.ready_pairs(p_queues, p_tenant);
   IF v_pairs IS NULL THEN RETURN; END IF;
+  SELECT array_agg(DISTINCT l.tenant) INTO v_candidates FROM unnest(v_pairs) l;
+
+  -- Tenants first seen in jobs (SQL inserts, new tenants) get their row here, not at
+  -- enqueue, so enqueue never takes a lock a caller's transaction would hold.
+  INSERT INTO :SCHEMA.tenants (tenant)
+  SELECT c.tenant FROM unnest(v_candidates) c(tenant)
+  WHERE NOT EXISTS (SELECT 1 FROM :SCHEMA.tenants t WHERE t.tenant = c.tenant)
+  ON CONFLICT DO NOTHING;
+  SELECT default_slots INTO v_default FROM :SCHEMA.config;
+
   -- Rounds: each tenant chosen takes at most its share of what is left (`share`, below);
   -- another round follows, among the tenants that took their whole share (v_full), only
   -- when there are some: they may have more. Each round takes at least one job or ends.
   LOOP
-    SELECT array_agg(DISTINCT l.tenant) INTO v_candidates FROM unnest(v_pairs) l
-    WHERE v_full IS NULL OR l.tenant = ANY (v_full);
-    IF v_candidates IS NULL THEN RETURN; END IF;
-
-    -- Tenants first seen in jobs (SQL inserts, new tenants) get their row here, not at
-    -- enqueue, so enqueue never takes a lock a caller's transaction would hold.
-    INSERT INTO :SCHEMA.tenants (tenant)
-    SELECT c.tenant FROM unnest(v_candidates) c(tenant)
-    WHERE NOT EXISTS (SELECT 1 FROM :SCHEMA.tenants t WHERE t.tenant = c.tenant)
-    ON CONFLICT DO NOTHING;
-    SELECT default_slots INTO v_default FROM :SCHEMA.config;
-
     -- 1a. Limited tenants that look eligible (not paused, a slot free and starts left in
     --     the rate window by this snapshot): lock their rows, least recently served first.
     --     Full tenants are filtered out before the LIMIT, so they cannot crowd out tenants
@@ -348,6 +346,7 @@ BEGIN
     SELECT array_agg(c.t) INTO v_full FROM (
       SELECT t FROM unnest(v_tenants) t GROUP BY t HAVING count(*) >= v_share) c;
     EXIT WHEN v_left <= 0 OR v_full IS NULL;
+    v_candidates := v_full;
   END LOOP;
 END $$;
 
