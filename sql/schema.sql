@@ -239,6 +239,24 @@ BEGIN
 END $_$;
 
 --
+-- Name: arrivals_before(xid8, xid8[], smallint, bigint); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.arrivals_before(p_xmax xid8, p_xip xid8[], p_priority smallint, p_id bigint) RETURNS TABLE(id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8, expires_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    SET enable_seqscan TO 'off'
+    SET max_parallel_workers_per_gather TO '0'
+    AS $$
+  SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
+  WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid >= p_xmax
+    AND (j.priority, j.id) <= (p_priority, p_id)
+  UNION ALL
+  SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
+  WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid = ANY (p_xip)
+    AND (p_xmax IS NULL OR j.avail_xid < p_xmax) AND (j.priority, j.id) <= (p_priority, p_id)
+$$;
+
+--
 -- Name: arrivals_lock(); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -253,13 +271,14 @@ CREATE FUNCTION tusk.arrivals_lock() RETURNS integer
 CREATE FUNCTION tusk.arrivals_since(p_xmax xid8, p_xip xid8[]) RETURNS TABLE(id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8, expires_at timestamp with time zone)
     LANGUAGE sql STABLE
     SET enable_seqscan TO 'off'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
   -- two ranges, not an OR: each is an index condition whatever the estimates
   SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
-  WHERE j.state = 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid >= p_xmax
+  WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid >= p_xmax
   UNION ALL
   SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
-  WHERE j.state = 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid = ANY (p_xip)
+  WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid = ANY (p_xip)
     AND (p_xmax IS NULL OR j.avail_xid < p_xmax)
 $$;
 
@@ -363,6 +382,7 @@ CREATE FUNCTION tusk.claim_jobs(p_worker integer, p_limit integer, p_lease_ms in
     LANGUAGE plpgsql
     SET jit TO 'off'
     SET plan_cache_mode TO 'force_generic_plan'
+    SET max_parallel_workers_per_gather TO '0'
     AS $$
 DECLARE
   v_pairs "tusk".lane[];
@@ -500,9 +520,12 @@ BEGIN
       WHERE e.free > 0
     ),
     arr AS MATERIALIZED (
-      SELECT a.* FROM "tusk".arrivals_since(
+      SELECT a.* FROM (SELECT n.m_priority, n.m_id FROM lanes n WHERE n.concurrency_key IS NULL
+                       ORDER BY n.m_priority DESC, n.m_id DESC LIMIT 1) b
+      CROSS JOIN LATERAL "tusk".arrivals_before(
         (SELECT min(n.m_xmax) FROM lanes n WHERE n.concurrency_key IS NULL),
-        ARRAY(SELECT DISTINCT x FROM lanes n, unnest(n.m_xip) x WHERE n.concurrency_key IS NULL)) a
+        ARRAY(SELECT DISTINCT x FROM lanes n, unnest(n.m_xip) x WHERE n.concurrency_key IS NULL),
+        b.m_priority, b.m_id) a
     ),
     -- Limited tenants' pair lanes (their claims are serialized by the tenant's row lock):
     -- the first jobs in lane order, the arrivals before the mark and the jobs after it.
@@ -655,10 +678,22 @@ BEGIN
     --    left); after it, the mark goes to the furthest job this claim took before the
     --    first job still available there — one a parallel claim holds (it may yet roll
     --    back), one committed late, or the next in line.
+    WITH old AS MATERIALIZED (
+      SELECT l.queue, l.tenant, l.priority, l.id, pg_snapshot_xmax(l.snap) AS xmax,
+             ARRAY(SELECT pg_snapshot_xip(l.snap)) AS xip
+      FROM unnest(v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps)
+           AS l(queue, tenant, priority, id, snap)
+    ),
+    -- the arrivals at or before any old mark, read once for all the lanes
+    arr AS MATERIALIZED (
+      SELECT a.* FROM (SELECT o.priority, o.id FROM old o ORDER BY o.priority DESC, o.id DESC LIMIT 1) b
+      CROSS JOIN LATERAL "tusk".arrivals_before(
+        (SELECT min(o.xmax) FROM old o), ARRAY(SELECT DISTINCT x FROM old o, unnest(o.xip) x),
+        b.priority, b.id) a
+    )
     INSERT INTO "tusk".lane_marks (queue, tenant, priority, id, snap)
     SELECT l.queue, l.tenant, p.priority, p.id, pg_current_snapshot()
-    FROM unnest(v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps)
-         AS l(queue, tenant, priority, id, snap)
+    FROM old l
     LEFT JOIN LATERAL (
       SELECT j.priority, j.id FROM "tusk".jobs j
       WHERE j.state = 'available' AND j.queue = l.queue AND j.tenant = l.tenant
@@ -674,8 +709,10 @@ BEGIN
       LIMIT 1
     ) p
     WHERE NOT EXISTS (
-      SELECT 1 FROM "tusk".arrivals_since(pg_snapshot_xmax(l.snap), ARRAY(SELECT pg_snapshot_xip(l.snap))) a
-      WHERE a.queue = l.queue AND a.tenant = l.tenant AND (a.priority, a.id) <= (l.priority, l.id)
+      SELECT 1 FROM arr a
+      WHERE a.queue = l.queue AND a.tenant = l.tenant
+        AND (a.avail_xid >= l.xmax OR a.avail_xid = ANY (l.xip))
+        AND (a.priority, a.id) <= (l.priority, l.id)
         AND (a.expires_at IS NULL OR a.expires_at > now()));
 
     v_left := v_left - cardinality(v_ids);
@@ -1472,13 +1509,15 @@ BEGIN
   v_alive := FOUND;
   UPDATE "tusk".jobs j SET lease_until = now() + p_lease_ms * interval '1 millisecond'
   FROM unnest(p_ids, p_tokens) AS x(id, token)
-  WHERE j.id = x.id AND j.lease_token = x.token AND j.state = 'running'
+  WHERE j.id = ANY (p_ids) AND j.id = x.id AND j.lease_token = x.token
+    AND j.state IS NOT DISTINCT FROM 'running'
     AND j.lease_until < now() + p_lease_ms * interval '0.5 millisecond';
   RETURN QUERY
   WITH held AS (
     SELECT j.lease_token, j.cancel_requested, j.lease_until
     FROM unnest(p_ids, p_tokens) AS x(id, token)
-    JOIN "tusk".jobs j ON j.id = x.id AND j.lease_token = x.token AND j.state = 'running'
+    JOIN "tusk".jobs j ON j.id = x.id AND j.lease_token = x.token
+    WHERE j.id = ANY (p_ids) AND j.state IS NOT DISTINCT FROM 'running'
   )
   SELECT v_alive,
     (SELECT coalesce(array_agg(h.lease_token), '{}') FROM held h WHERE h.cancel_requested),
@@ -1660,7 +1699,7 @@ BEGIN
   ),
   done AS (
     DELETE FROM "tusk".jobs j USING input i
-    WHERE j.id = i.id
+    WHERE j.id = ANY (ARRAY(SELECT i.id FROM input i)) AND j.id = i.id
       AND CASE WHEN i.token IS NULL THEN j.state <> 'running'
                ELSE j.state = 'running' AND j.lease_token = i.token END
     RETURNING j.*, i.result AS new_result, i.stats AS new_stats, i.error AS new_error,
@@ -1788,8 +1827,11 @@ CREATE FUNCTION tusk.pairs_with_work(p_pairs tusk.lane[]) RETURNS tusk.lane[]
     FROM unnest(p_pairs) p CROSS JOIN LATERAL "tusk".lane_mark(p.queue, p.tenant) m
   ),
   arr AS MATERIALIZED (
-    SELECT a.queue, a.tenant, a.avail_xid FROM "tusk".arrivals_since(
-      (SELECT min(p.xmax) FROM pairs p), ARRAY(SELECT DISTINCT x FROM pairs p, unnest(p.xip) x)) a
+    SELECT a.queue, a.tenant, a.avail_xid, a.priority, a.id
+    FROM (SELECT p.priority, p.id FROM pairs p ORDER BY p.priority DESC, p.id DESC LIMIT 1) b
+    CROSS JOIN LATERAL "tusk".arrivals_before(
+      (SELECT min(p.xmax) FROM pairs p), ARRAY(SELECT DISTINCT x FROM pairs p, unnest(p.xip) x),
+      b.priority, b.id) a
   )
   SELECT array_agg(ROW(p.queue, p.tenant, NULL)::"tusk".lane) FROM pairs p
   WHERE EXISTS (SELECT 1 FROM "tusk".jobs j
@@ -1797,7 +1839,8 @@ CREATE FUNCTION tusk.pairs_with_work(p_pairs tusk.lane[]) RETURNS tusk.lane[]
                   AND (j.priority, j.id) > (p.priority, p.id))
      OR EXISTS (SELECT 1 FROM arr a
                 WHERE a.queue = p.queue AND a.tenant = p.tenant
-                  AND (a.avail_xid >= p.xmax OR a.avail_xid = ANY (p.xip)))
+                  AND (a.avail_xid >= p.xmax OR a.avail_xid = ANY (p.xip))
+                  AND (a.priority, a.id) <= (p.priority, p.id))
 $$;
 
 --
@@ -1866,7 +1909,7 @@ BEGIN
     ORDER BY j.run_at LIMIT p_limit
     FOR UPDATE SKIP LOCKED
   )
-  UPDATE "tusk".jobs j SET state = 'available' FROM due WHERE j.id = due.id;
+  UPDATE "tusk".jobs j SET state = 'available' WHERE j.id = ANY (ARRAY(SELECT due.id FROM due));
   GET DIAGNOSTICS n = ROW_COUNT;
   IF n > 0 THEN
     PERFORM pg_notify('tusk' || ':jobs', '');
@@ -1997,8 +2040,10 @@ BEGIN
     WHERE m.at < now() - interval '1 second'
   ),
   arr AS MATERIALIZED (
-    SELECT a.* FROM "tusk".arrivals_since(
-      (SELECT min(s.xmax) FROM stale s), ARRAY(SELECT DISTINCT x FROM stale s, unnest(s.xip) x)) a
+    SELECT a.* FROM (SELECT s.priority, s.id FROM stale s ORDER BY s.priority DESC, s.id DESC LIMIT 1) b
+    CROSS JOIN LATERAL "tusk".arrivals_before(
+      (SELECT min(s.xmax) FROM stale s), ARRAY(SELECT DISTINCT x FROM stale s, unnest(s.xip) x),
+      b.priority, b.id) a
   )
   INSERT INTO "tusk".lane_marks (queue, tenant, priority, id, snap, claimed)
   SELECT s.queue, s.tenant, s.priority, s.id, pg_current_snapshot(), false FROM stale s
@@ -2139,6 +2184,9 @@ DECLARE
   v_dead_workers integer[] := '{}';
   r record;
   v_forgotten integer;
+  v_pace "tusk".reap_pace;
+  v_start timestamptz;
+  v_lost bigint[];
 BEGIN
   v_live := "tusk".live_worker_ids();
   SELECT coalesce(array_agg(w.id), '{}') INTO v_dead_workers
@@ -2146,8 +2194,24 @@ BEGIN
   WHERE w.id <> ALL (v_live)
     AND (w.heartbeat_at > pg_postmaster_start_time()
          OR clock_timestamp() - pg_postmaster_start_time() > p_grace_ms * interval '1 millisecond');
-  SELECT * INTO r FROM "tusk".requeue_lost(
-    ARRAY(SELECT j.id FROM "tusk".jobs j WHERE j.state = 'running'), v_dead_workers);
+  SELECT * INTO v_pace FROM "tusk".reap_pace;
+  IF cardinality(v_dead_workers) > 0 OR v_pace.searched_at IS NULL OR v_pace.search_ms < 100
+     OR clock_timestamp() >= v_pace.searched_at + 10 * v_pace.search_ms * interval '1 millisecond' THEN
+    v_start := clock_timestamp();
+    -- one scan: the candidates' rows are then read by id
+    v_lost := ARRAY(
+      SELECT j.id FROM "tusk".jobs j
+      WHERE j.state = 'running'
+        AND (j.lease_until < now()
+             OR j.locked_by = ANY (v_dead_workers)
+             OR (j.locked_by IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM "tusk".workers w WHERE w.id = j.locked_by))));
+    UPDATE "tusk".reap_pace
+    SET searched_at = v_start, search_ms = extract(epoch FROM clock_timestamp() - v_start) * 1000;
+    SELECT * INTO r FROM "tusk".requeue_lost(v_lost, v_dead_workers);
+  ELSE
+    SELECT 0 AS released, 0 AS dead INTO r;
+  END IF;
 
   DELETE FROM "tusk".workers w
   WHERE w.id = ANY (v_dead_workers)
@@ -2240,7 +2304,8 @@ BEGIN
       stats = CASE WHEN i.stats IS NULL THEN j.stats ELSE coalesce(j.stats, '{}') || i.stats END
     FROM input i
     -- checked again on the row's newest version if a cancel commits meanwhile
-    WHERE j.id = i.id AND j.state = 'running' AND j.lease_token = i.token AND NOT j.cancel_requested
+    WHERE j.id = ANY (ARRAY(SELECT i.id FROM input i)) AND j.id = i.id
+      AND j.state IS NOT DISTINCT FROM 'running' AND j.lease_token = i.token AND NOT j.cancel_requested
     RETURNING j.id
   )
   SELECT m.id FROM moved m;
@@ -2250,7 +2315,8 @@ BEGIN
   SELECT jsonb_agg(e.value) INTO v_cancelled
   FROM jsonb_array_elements(p_jobs) e
   JOIN "tusk".jobs j ON j.id = (e.value->>'id')::bigint
-  WHERE j.cancel_requested AND j.state = 'running' AND j.lease_token = (e.value->>'token')::bigint;
+  WHERE j.id = ANY (ARRAY(SELECT (v.value->>'id')::bigint FROM jsonb_array_elements(p_jobs) v))
+    AND j.cancel_requested AND j.state IS NOT DISTINCT FROM 'running' AND j.lease_token = (e.value->>'token')::bigint;
   IF v_cancelled IS NOT NULL THEN
     RETURN QUERY SELECT f.id FROM "tusk".finish_jobs('cancelled', v_cancelled) f;
   END IF;
@@ -2277,7 +2343,7 @@ BEGIN
       CASE WHEN j.lease_until < now() THEN 'lease expired before the job finished'
            ELSE 'worker ' || j.locked_by || ' died while running the job' END AS why
     FROM "tusk".jobs j
-    WHERE j.id = ANY (p_ids) AND j.state = 'running'
+    WHERE j.id = ANY (p_ids) AND j.state IS NOT DISTINCT FROM 'running'
       AND (j.lease_until < now()
            OR j.locked_by = ANY (p_dead_workers)
            OR (j.locked_by IS NOT NULL
@@ -2409,7 +2475,8 @@ BEGIN
   WITH set AS (
     UPDATE "tusk".jobs j SET progress = x.value
     FROM unnest(p_ids, p_tokens, p_values) AS x(id, token, value)
-    WHERE j.id = x.id AND j.lease_token = x.token AND j.state = 'running'
+    WHERE j.id = ANY (p_ids) AND j.id = x.id AND j.lease_token = x.token
+      AND j.state IS NOT DISTINCT FROM 'running'
     RETURNING j.id)
   SELECT array_agg(set.id ORDER BY set.id) INTO v_set FROM set;
   IF v_set IS NULL THEN RETURN 0; END IF;
@@ -2964,6 +3031,17 @@ CREATE TABLE tusk.paused_queues (
 );
 
 --
+-- Name: reap_pace; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.reap_pace (
+    one boolean DEFAULT true NOT NULL,
+    searched_at timestamp with time zone,
+    search_ms double precision DEFAULT 0 NOT NULL,
+    CONSTRAINT reap_pace_one_check CHECK (one)
+);
+
+--
 -- Name: running_base; Type: TABLE; Schema: tusk; Owner: -
 --
 
@@ -3258,6 +3336,13 @@ ALTER TABLE ONLY tusk.paused_queues
     ADD CONSTRAINT paused_queues_pkey PRIMARY KEY (queue);
 
 --
+-- Name: reap_pace reap_pace_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.reap_pace
+    ADD CONSTRAINT reap_pace_pkey PRIMARY KEY (one);
+
+--
 -- Name: running_base running_base_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
 --
 
@@ -3379,7 +3464,7 @@ CREATE INDEX job_history_default_tenant_finished_at_idx ON tusk.job_history_defa
 -- Name: jobs_arrivals; Type: INDEX; Schema: tusk; Owner: -
 --
 
-CREATE INDEX jobs_arrivals ON tusk.jobs USING btree (avail_xid) WHERE ((state = 'available'::tusk.job_state) AND (avail_xid IS NOT NULL));
+CREATE INDEX jobs_arrivals ON tusk.jobs USING btree (avail_xid, priority, id) WHERE ((NOT (state IS DISTINCT FROM 'available'::tusk.job_state)) AND (avail_xid IS NOT NULL));
 
 --
 -- Name: jobs_debounce; Type: INDEX; Schema: tusk; Owner: -

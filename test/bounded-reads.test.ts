@@ -1,0 +1,163 @@
+import pg from 'pg';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { useTestDb } from './helpers.js';
+
+// The hot path's statements find their jobs by index conditions, so that what they read
+// does not grow with what they do not need: other running jobs, or jobs enqueued after a
+// lane's mark. Measured as the rows a call fetched from `jobs` (the transaction's own
+// counts, pg_stat_xact_user_tables), not as time.
+
+const db = useTestDb(import.meta.url);
+const s = `"${db.schema}"`;
+
+/** Rows `call` fetched from jobs (sequential reads and index fetches), in a transaction rolled back. */
+async function jobsRowsRead(call: (c: pg.Client) => Promise<unknown>): Promise<number> {
+  const c = new pg.Client({ connectionString: db.url });
+  await c.connect();
+  const read = async () =>
+    Number(
+      (
+        await c.query<{ n: string }>(
+          `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) AS n
+           FROM pg_stat_xact_user_tables WHERE relid = '${s}.jobs'::regclass`,
+        )
+      ).rows[0]?.n ?? 0,
+    );
+  try {
+    await c.query('BEGIN');
+    const before = await read();
+    await call(c);
+    return (await read()) - before;
+  } finally {
+    await c.query('ROLLBACK');
+    await c.end();
+  }
+}
+
+const enqueue = (queue: string, n: number) =>
+  db.pool.query(
+    `INSERT INTO ${s}.jobs (task, payload, queue, tenant) SELECT 'work', 'null', $1, 'a' FROM generate_series(1, $2::int)`,
+    [queue, n],
+  );
+
+const claim = (queue: string, limit: number, on: pg.ClientBase | pg.Pool = db.pool) =>
+  on.query<{ id: string; lease_token: string }>(`SELECT id, lease_token FROM ${s}.claim_jobs(NULL, $1, 60000, $2)`, [
+    limit,
+    [queue],
+  ]);
+
+beforeAll(async () => {
+  // the statistics stay those of a quiet table (no job running), as after an ANALYZE
+  // in a quiet spell: no autovacuum changes them while the tests run
+  await db.pool.query(`ALTER TABLE ${s}.jobs SET (autovacuum_enabled = false)`);
+});
+
+describe('reads bounded by what they need', () => {
+  it('heartbeats, completions and retries read their own jobs, not every running one', async () => {
+    await enqueue('busy', 3000);
+    await db.pool.query(`ANALYZE ${s}.jobs`);
+    const held = (await claim('busy', 3000)).rows;
+    expect(held).toHaveLength(3000);
+    const [one] = held;
+    if (!one) throw new Error('no job claimed');
+    const job = [{ id: Number(one.id), token: Number(one.lease_token) }];
+
+    // a heartbeat holding no job (an idle worker's, every few seconds) reads none
+    expect(await jobsRowsRead((c) => c.query(`SELECT * FROM ${s}.heartbeat(0, '{}', '{}', 30000)`))).toBe(0);
+    expect(
+      await jobsRowsRead((c) =>
+        c.query(`SELECT * FROM ${s}.heartbeat(0, $1, $2, 30000)`, [[one.id], [one.lease_token]]),
+      ),
+    ).toBeLessThanOrEqual(3);
+    expect(
+      await jobsRowsRead((c) =>
+        c.query(`SELECT * FROM ${s}.set_progress($1, $2, $3)`, [[one.id], [one.lease_token], [{ done: 1 }]]),
+      ),
+    ).toBeLessThanOrEqual(3);
+    expect(
+      await jobsRowsRead((c) => c.query(`SELECT * FROM ${s}.finish_jobs('succeeded', $1)`, [JSON.stringify(job)])),
+    ).toBeLessThanOrEqual(3);
+    expect(
+      await jobsRowsRead((c) => c.query(`SELECT * FROM ${s}.requeue_jobs($1)`, [JSON.stringify(job)])),
+    ).toBeLessThanOrEqual(3);
+  });
+
+  it("a claim reads the lane from its mark: the jobs enqueued since the mark's snapshot, after it, are not read twice", async () => {
+    await enqueue('marked', 20);
+    expect((await claim('marked', 10)).rows).toHaveLength(10); // the lane's mark: after job 10, at this snapshot
+    await enqueue('marked', 3000); // arrivals since the mark's snapshot, all after the mark
+    // the look at arrived pairs, which the upkeep or any claim takes, has seen them
+    await db.pool.query(`SELECT ${s}.take_up_arrivals()`);
+    let ids: string[] = [];
+    const read = await jobsRowsRead(async (c) => {
+      ids = (await claim('marked', 10, c)).rows.map((r) => r.id);
+    });
+    const lane = await db.rows<{ id: string }>(
+      `SELECT id::text FROM $schema.jobs WHERE queue = 'marked' ORDER BY id OFFSET 10 LIMIT 10`,
+    );
+    expect(ids).toEqual(lane.map((r) => r.id)); // FIFO: the next ten
+    // the ten jobs, the next one after them (the new mark's check) and the lane's first
+    // look: not the 3 000 arrivals, which the claim read once and its marks once per lane
+    expect(read).toBeLessThan(100);
+  });
+});
+
+describe('the search for lost jobs, paced by its cost', () => {
+  // A pass's search for lost jobs reads every running job: while a horizon is pinned, with
+  // every job that ran since. Once a search took over 100 ms, the next waits 10 times as
+  // long; a dead worker's jobs are searched for at once all the same. The pace is set
+  // here as a slow search would leave it.
+  const pace = (agoMs: number, searchMs: number) =>
+    db.pool.query(`UPDATE ${s}.reap_pace SET searched_at = now() - $1 * interval '1 millisecond', search_ms = $2`, [
+      agoMs,
+      searchMs,
+    ]);
+  const reap = async () =>
+    (await db.pool.query<{ released: number }>(`SELECT released FROM ${s}.reap()`)).rows[0]?.released;
+  const stateOf = async (id: string) =>
+    (await db.rows<{ state: string }>('SELECT state::text FROM $schema.jobs WHERE id = $1', [id]))[0]?.state;
+  const leaseRunOut = async (queue: string) => {
+    await enqueue(queue, 1);
+    const [job] = (await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.fetch_jobs(1, 60000, $1)`, [queue]))
+      .rows;
+    if (!job) throw new Error('nothing leased');
+    await db.pool.query(`UPDATE ${s}.jobs SET lease_until = now() - interval '1 second' WHERE id = $1`, [job.id]);
+    return job.id;
+  };
+
+  it('after a slow search, a run-out lease waits for the next search; a dead worker does not', async () => {
+    const a = await leaseRunOut('paced-a');
+    await pace(0, 1000); // a search of 1 s just now: the next one in 10 s
+    expect(await reap()).toBe(0);
+    expect(await stateOf(a)).toBe('running');
+    await pace(9_000, 1000);
+    expect(await reap()).toBe(0);
+    await pace(10_500, 1000);
+    expect(await reap()).toBe(1);
+    expect(await stateOf(a)).toBe('available');
+
+    // a worker whose lock is gone (no session holds it): dead, and its job searched for
+    // at once, with the run-out lease beside it
+    const b = await leaseRunOut('paced-b');
+    const [worker] = await db.rows<{ id: number }>(
+      `INSERT INTO $schema.workers (name, host, pid, concurrency, version) VALUES ('gone', 'h', 1, 1, 'x') RETURNING id`,
+    );
+    await enqueue('paced-c', 1);
+    const [c] = (
+      await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.claim_jobs($1, 1, 60000, '{paced-c}')`, [
+        worker?.id,
+      ])
+    ).rows;
+    await pace(0, 1000);
+    expect(await reap()).toBe(2);
+    expect(await stateOf(b)).toBe('available');
+    expect(await stateOf(c?.id ?? '')).toBe('available');
+  });
+
+  it('a quick search (under 100 ms) runs every pass, as before', async () => {
+    const d = await leaseRunOut('paced-d');
+    await pace(0, 99);
+    expect(await reap()).toBe(1);
+    expect(await stateOf(d)).toBe('available');
+  });
+});
