@@ -5,6 +5,7 @@
 // tuples, backlog, what Tusk's connections waited on; and at the end of each phase, per
 // relation the claim and completion touch, its rows, dead tuples and sizes (bloat seen,
 // not inferred).
+import { cpus } from 'node:os';
 import pg from 'pg';
 import { renderTable } from '../src/cli/table.js';
 import { startEmbedded } from '../src/db/embedded.js';
@@ -76,6 +77,17 @@ export interface PressureReport {
   capacity: number;
   rate: number;
   phases: PhaseResult[];
+  /** What the REPEATABLE READ sessions did: their scans take CPU the workers need. */
+  scanners: ScannerLoad | null;
+}
+
+export interface ScannerLoad {
+  sessions: number;
+  scans: number;
+  /** Mean time of one scan (the jobs count and the history's last 10 minutes), ms. */
+  meanScanMs: number;
+  /** Share of the phase the sessions spent scanning, summed over sessions (4 = all four busy). */
+  busy: number;
 }
 
 export async function runPressure(o: PressureOptions): Promise<PressureReport> {
@@ -124,6 +136,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
   const produced = new Map<number, number>();
   const failures: string[] = [];
   const phases: PhaseResult[] = [];
+  let scanners: ScannerLoad | null = null;
   let stopSampling = () => {};
   try {
     say('pressure · setting up');
@@ -231,17 +244,24 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
     // 2. four REPEATABLE READ sessions scanning Tusk's tables over and over
     {
       let scanning = true;
+      let scanMs = 0;
+      let scanCount = 0;
       const scans = Array.from({ length: 4 }, async () => {
         const c = new pg.Client({ connectionString: url, application_name: 'pressure-analytics' });
         await c.connect();
         try {
           while (scanning) {
             await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+            const t = Date.now();
             await c.query(`SELECT tenant, state, count(*) FROM "${o.schema}".jobs GROUP BY 1, 2`);
             await c.query(
               `SELECT tenant, state, count(*), avg(wait_ms), max(run_ms) FROM "${o.schema}".job_history
                WHERE finished_at > now() - interval '10 minutes' GROUP BY 1, 2`,
             );
+            if (scanning) {
+              scanMs += Date.now() - t;
+              scanCount++;
+            }
             await c.query('SELECT pg_sleep(1)');
             await c.query('COMMIT');
           }
@@ -249,7 +269,14 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
           await c.end();
         }
       });
-      const r = await measure('4 REPEATABLE READ scanners', await run(o.phaseMs));
+      const w = await run(o.phaseMs);
+      const r = await measure('4 REPEATABLE READ scanners', w);
+      scanners = {
+        sessions: 4,
+        scans: scanCount,
+        meanScanMs: scanCount ? scanMs / scanCount : 0,
+        busy: scanMs / (w.to - w.from),
+      };
       if (r.startedPerSec < GOALS.scannersShare * clean.startedPerSec) {
         failures.push(
           `REPEATABLE READ scanners: ${Math.round(r.startedPerSec)} jobs/s, ${percentOf(r, clean)} of clean (goal ≥ 90 %)`,
@@ -303,7 +330,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
         `worker ${w.pid} exited (${w.exitCode ?? w.exitSignal}), its last lines:\n${w.log.slice(-25).join('\n')}`,
       );
     }
-    return { ok: failures.length === 0, failures, capacity, rate, phases };
+    return { ok: failures.length === 0, failures, capacity, rate, phases, scanners };
   } finally {
     stopSampling();
     await fleet.stopAll(10_000).catch(() => {});
@@ -549,6 +576,13 @@ export function renderPressure(r: PressureReport, o: PressureOptions): string {
       'Recovered: time until a 5 s window is back to the clean figures (rate ≥ 95 % of the producer, p99 ≤ 2× clean, rows ≤ 2× clean).',
     `Goals: pinned horizon ≥ ${GOALS.pinnedShare * 100} % of clean with p99 ≤ 1 s; REPEATABLE READ scanners ≥ ` +
       `${GOALS.scannersShare * 100} %; back to clean within 30 s after each stress; no worker exits.`,
+    ...(r.scanners
+      ? [
+          `REPEATABLE READ scanners: ${r.scanners.sessions} sessions, ${r.scanners.scans} scans of ` +
+            `${(r.scanners.meanScanMs / 1000).toFixed(1)} s on average (the jobs count and the history's last 10 minutes), ` +
+            `busy ${r.scanners.busy.toFixed(1)} sessions on average, on a machine of ${cpus().length} CPUs.`,
+        ]
+      : []),
     '',
     'Relations the claim and completion touch, at the end of each phase (pg_stat_user_tables; sizes: pg_relation_size, pg_indexes_size):',
     renderTable(
