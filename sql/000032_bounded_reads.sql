@@ -24,7 +24,7 @@
 --    the partial index of running jobs out of those plans: with the same statistics it
 --    was read whole, every running job, to find one by id.
 --
--- 3. The upkeep's search for lost jobs is paced by its own cost (reap_pace, below).
+-- 3. The upkeep's search for lost jobs is paced by its own cost (below).
 
 DROP INDEX :SCHEMA.jobs_arrivals;
 CREATE INDEX jobs_arrivals ON :SCHEMA.jobs (avail_xid, priority, id)
@@ -255,15 +255,14 @@ $$;
 -- horizon is pinned that index keeps an entry for every job that ran since, and the
 -- search grew with them: 1.7 s a pass (two scans of 100 000 buffers) after two minutes
 -- of a pin at 10 000 jobs/s, 85 % of a core in a 500 ms upkeep. It now runs once, and
--- when it took over 100 ms, the next runs after 10 times as long (at most a tenth of the
--- upkeep's time), unless a worker died: dead workers' jobs are always looked for at once.
--- Without bloat (a scan of a few ms) nothing changes: every pass searches.
-CREATE TABLE :SCHEMA.reap_pace (
-  one boolean PRIMARY KEY DEFAULT true CHECK (one),
-  searched_at timestamptz,
-  search_ms double precision NOT NULL DEFAULT 0
-);
-INSERT INTO :SCHEMA.reap_pace DEFAULT VALUES;
+-- when it took over 100 ms, the next runs after 10 times as long (at most a minute; at
+-- most a tenth of the upkeep's time), unless a worker's lock is gone: those workers'
+-- jobs are always looked for at once. Without bloat (a search of a few ms) nothing
+-- changes: every pass searches. The pace is kept in the upkeep's own row (lane_prune),
+-- which every role that runs the upkeep may already write.
+ALTER TABLE :SCHEMA.lane_prune
+  ADD COLUMN reap_searched_at timestamptz,
+  ADD COLUMN reap_search_ms double precision NOT NULL DEFAULT 0;
 
 -- The lost jobs' rows, found by id.
 CREATE OR REPLACE FUNCTION :SCHEMA.requeue_lost(p_ids bigint[], p_dead_workers integer[] DEFAULT '{}')
@@ -307,7 +306,7 @@ DECLARE
   v_dead_workers integer[] := '{}';
   r record;
   v_forgotten integer;
-  v_pace :SCHEMA.reap_pace;
+  v_pace :SCHEMA.lane_prune;
   v_start timestamptz;
   v_lost bigint[];
 BEGIN
@@ -317,9 +316,13 @@ BEGIN
   WHERE w.id <> ALL (v_live)
     AND (w.heartbeat_at > pg_postmaster_start_time()
          OR clock_timestamp() - pg_postmaster_start_time() > p_grace_ms * interval '1 millisecond');
-  SELECT * INTO v_pace FROM :SCHEMA.reap_pace;
-  IF cardinality(v_dead_workers) > 0 OR v_pace.searched_at IS NULL OR v_pace.search_ms < 100
-     OR clock_timestamp() >= v_pace.searched_at + 10 * v_pace.search_ms * interval '1 millisecond' THEN
+  SELECT * INTO v_pace FROM :SCHEMA.lane_prune;
+  -- due: a worker's lock is gone, no slow search yet, or the wait after one is over (a
+  -- clock gone back counts as over; a search that waited for a lock waits a minute at most)
+  IF cardinality(v_dead_workers) > 0 OR v_pace.reap_searched_at IS NULL OR v_pace.reap_search_ms < 100
+     OR clock_timestamp() < v_pace.reap_searched_at
+     OR clock_timestamp() >= v_pace.reap_searched_at
+                             + least(10 * v_pace.reap_search_ms, 60000) * interval '1 millisecond' THEN
     v_start := clock_timestamp();
     -- one scan: the candidates' rows are then read by id
     v_lost := ARRAY(
@@ -329,8 +332,8 @@ BEGIN
              OR j.locked_by = ANY (v_dead_workers)
              OR (j.locked_by IS NOT NULL
                  AND NOT EXISTS (SELECT 1 FROM :SCHEMA.workers w WHERE w.id = j.locked_by))));
-    UPDATE :SCHEMA.reap_pace
-    SET searched_at = v_start, search_ms = extract(epoch FROM clock_timestamp() - v_start) * 1000;
+    UPDATE :SCHEMA.lane_prune
+    SET reap_searched_at = v_start, reap_search_ms = extract(epoch FROM clock_timestamp() - v_start) * 1000;
     SELECT * INTO r FROM :SCHEMA.requeue_lost(v_lost, v_dead_workers);
   ELSE
     SELECT 0 AS released, 0 AS dead INTO r;

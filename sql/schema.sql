@@ -2184,7 +2184,7 @@ DECLARE
   v_dead_workers integer[] := '{}';
   r record;
   v_forgotten integer;
-  v_pace "tusk".reap_pace;
+  v_pace "tusk".lane_prune;
   v_start timestamptz;
   v_lost bigint[];
 BEGIN
@@ -2194,9 +2194,13 @@ BEGIN
   WHERE w.id <> ALL (v_live)
     AND (w.heartbeat_at > pg_postmaster_start_time()
          OR clock_timestamp() - pg_postmaster_start_time() > p_grace_ms * interval '1 millisecond');
-  SELECT * INTO v_pace FROM "tusk".reap_pace;
-  IF cardinality(v_dead_workers) > 0 OR v_pace.searched_at IS NULL OR v_pace.search_ms < 100
-     OR clock_timestamp() >= v_pace.searched_at + 10 * v_pace.search_ms * interval '1 millisecond' THEN
+  SELECT * INTO v_pace FROM "tusk".lane_prune;
+  -- due: a worker's lock is gone, no slow search yet, or the wait after one is over (a
+  -- clock gone back counts as over; a search that waited for a lock waits a minute at most)
+  IF cardinality(v_dead_workers) > 0 OR v_pace.reap_searched_at IS NULL OR v_pace.reap_search_ms < 100
+     OR clock_timestamp() < v_pace.reap_searched_at
+     OR clock_timestamp() >= v_pace.reap_searched_at
+                             + least(10 * v_pace.reap_search_ms, 60000) * interval '1 millisecond' THEN
     v_start := clock_timestamp();
     -- one scan: the candidates' rows are then read by id
     v_lost := ARRAY(
@@ -2206,8 +2210,8 @@ BEGIN
              OR j.locked_by = ANY (v_dead_workers)
              OR (j.locked_by IS NOT NULL
                  AND NOT EXISTS (SELECT 1 FROM "tusk".workers w WHERE w.id = j.locked_by))));
-    UPDATE "tusk".reap_pace
-    SET searched_at = v_start, search_ms = extract(epoch FROM clock_timestamp() - v_start) * 1000;
+    UPDATE "tusk".lane_prune
+    SET reap_searched_at = v_start, reap_search_ms = extract(epoch FROM clock_timestamp() - v_start) * 1000;
     SELECT * INTO r FROM "tusk".requeue_lost(v_lost, v_dead_workers);
   ELSE
     SELECT 0 AS released, 0 AS dead INTO r;
@@ -2972,6 +2976,8 @@ CREATE TABLE tusk.lane_prune (
     serves bigint DEFAULT 0 NOT NULL,
     scans bigint DEFAULT 0 NOT NULL,
     passes bigint DEFAULT 0 NOT NULL,
+    reap_searched_at timestamp with time zone,
+    reap_search_ms double precision DEFAULT 0 NOT NULL,
     CONSTRAINT lane_prune_one_check CHECK (one)
 );
 
@@ -3028,17 +3034,6 @@ CREATE TABLE tusk.paused_queues (
     queue text NOT NULL,
     paused_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT paused_queues_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128)))
-);
-
---
--- Name: reap_pace; Type: TABLE; Schema: tusk; Owner: -
---
-
-CREATE TABLE tusk.reap_pace (
-    one boolean DEFAULT true NOT NULL,
-    searched_at timestamp with time zone,
-    search_ms double precision DEFAULT 0 NOT NULL,
-    CONSTRAINT reap_pace_one_check CHECK (one)
 );
 
 --
@@ -3334,13 +3329,6 @@ ALTER TABLE ONLY tusk.pair_scans
 
 ALTER TABLE ONLY tusk.paused_queues
     ADD CONSTRAINT paused_queues_pkey PRIMARY KEY (queue);
-
---
--- Name: reap_pace reap_pace_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
---
-
-ALTER TABLE ONLY tusk.reap_pace
-    ADD CONSTRAINT reap_pace_pkey PRIMARY KEY (one);
 
 --
 -- Name: running_base running_base_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -

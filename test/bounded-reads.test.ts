@@ -41,7 +41,7 @@ const enqueue = (queue: string, n: number) =>
   );
 
 const claim = (queue: string, limit: number, on: pg.ClientBase | pg.Pool = db.pool) =>
-  on.query<{ id: string; lease_token: string }>(`SELECT id, lease_token FROM ${s}.claim_jobs(NULL, $1, 60000, $2)`, [
+  on.query<{ id: string; lease_token: string }>(`SELECT id, lease_token FROM ${s}.claim_jobs(NULL, $1, 3600000, $2)`, [
     limit,
     [queue],
   ]);
@@ -108,17 +108,17 @@ describe('the search for lost jobs, paced by its cost', () => {
   // long; a dead worker's jobs are searched for at once all the same. The pace is set
   // here as a slow search would leave it.
   const pace = (agoMs: number, searchMs: number) =>
-    db.pool.query(`UPDATE ${s}.reap_pace SET searched_at = now() - $1 * interval '1 millisecond', search_ms = $2`, [
-      agoMs,
-      searchMs,
-    ]);
+    db.pool.query(
+      `UPDATE ${s}.lane_prune SET reap_searched_at = now() - $1 * interval '1 millisecond', reap_search_ms = $2`,
+      [agoMs, searchMs],
+    );
   const reap = async () =>
     (await db.pool.query<{ released: number }>(`SELECT released FROM ${s}.reap()`)).rows[0]?.released;
   const stateOf = async (id: string) =>
     (await db.rows<{ state: string }>('SELECT state::text FROM $schema.jobs WHERE id = $1', [id]))[0]?.state;
   const leaseRunOut = async (queue: string) => {
     await enqueue(queue, 1);
-    const [job] = (await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.fetch_jobs(1, 60000, $1)`, [queue]))
+    const [job] = (await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.fetch_jobs(1, 3600000, $1)`, [queue]))
       .rows;
     if (!job) throw new Error('nothing leased');
     await db.pool.query(`UPDATE ${s}.jobs SET lease_until = now() - interval '1 second' WHERE id = $1`, [job.id]);
@@ -130,7 +130,7 @@ describe('the search for lost jobs, paced by its cost', () => {
     await pace(0, 1000); // a search of 1 s just now: the next one in 10 s
     expect(await reap()).toBe(0);
     expect(await stateOf(a)).toBe('running');
-    await pace(9_000, 1000);
+    await pace(5_000, 1000);
     expect(await reap()).toBe(0);
     await pace(10_500, 1000);
     expect(await reap()).toBe(1);
@@ -154,10 +154,25 @@ describe('the search for lost jobs, paced by its cost', () => {
     expect(await stateOf(c?.id ?? '')).toBe('available');
   });
 
-  it('a quick search (under 100 ms) runs every pass, as before', async () => {
+  it('a search records its cost; a quick one (under 100 ms) runs every pass, as before; a clock gone back is due', async () => {
+    await db.pool.query(`UPDATE ${s}.lane_prune SET reap_searched_at = NULL, reap_search_ms = 0`);
+    await reap();
+    const [after] = await db.rows<{ at: Date | null; ms: number; recent: boolean }>(
+      `SELECT reap_searched_at AS at, reap_search_ms AS ms, reap_searched_at > now() - interval '1 minute' AS recent
+       FROM $schema.lane_prune`,
+    );
+    expect(after?.recent).toBe(true);
+    expect(after?.ms).toBeGreaterThanOrEqual(0);
+    expect(after?.ms).toBeLessThan(60_000);
+
     const d = await leaseRunOut('paced-d');
     await pace(0, 99);
     expect(await reap()).toBe(1);
     expect(await stateOf(d)).toBe('available');
+
+    const e = await leaseRunOut('paced-e');
+    await pace(-60_000, 1000); // searched "a minute from now": the clock went back
+    expect(await reap()).toBe(1);
+    expect(await stateOf(e)).toBe('available');
   });
 });
