@@ -24,7 +24,9 @@
 --    the partial index of running jobs out of those plans: with the same statistics it
 --    was read whole, every running job, to find one by id.
 --
--- 3. The upkeep's search for lost jobs is paced by its own cost (below).
+-- 3. The upkeep's search for lost jobs is paced by its own cost, and a worker whose lock
+--    is gone but that beat within the last second is given that second to register again
+--    (below).
 
 DROP INDEX :SCHEMA.jobs_arrivals;
 CREATE INDEX jobs_arrivals ON :SCHEMA.jobs (avail_xid, priority, id)
@@ -260,6 +262,16 @@ $$;
 -- jobs are always looked for at once. Without bloat (a search of a few ms) nothing
 -- changes: every pass searches. The pace is kept in the upkeep's own row (lane_prune),
 -- which every role that runs the upkeep may already write.
+--
+-- A worker's lock lives on its listening connection. When that connection is cut (a
+-- pg_terminate_backend storm, a proxy restart) the worker reconnects and registers again
+-- within milliseconds, but an upkeep pass in between took it for dead: every job it held
+-- (thousands, with prefetch) went back to the queue, an attempt counted, and its results
+-- were fenced out; at 12 000 jobs/s a storm of 4 cuts a second took the workers to
+-- 1 900 jobs/s and a backlog of 1.4 million. A worker whose lock is gone is now dead once
+-- it has not beaten for a second (it beats at least every second by default, and not
+-- while its listening connection is down): a crashed worker's jobs go back at most a
+-- second later than before.
 ALTER TABLE :SCHEMA.lane_prune
   ADD COLUMN reap_searched_at timestamptz,
   ADD COLUMN reap_search_ms double precision NOT NULL DEFAULT 0;
@@ -314,6 +326,9 @@ BEGIN
   SELECT coalesce(array_agg(w.id), '{}') INTO v_dead_workers
   FROM :SCHEMA.workers w
   WHERE w.id <> ALL (v_live)
+    -- a worker whose lock went with its listening connection but that beat in the last
+    -- second is reconnecting: given that second to register again before its jobs go
+    AND w.heartbeat_at < clock_timestamp() - interval '1 second'
     AND (w.heartbeat_at > pg_postmaster_start_time()
          OR clock_timestamp() - pg_postmaster_start_time() > p_grace_ms * interval '1 millisecond');
   SELECT * INTO v_pace FROM :SCHEMA.lane_prune;

@@ -2192,6 +2192,9 @@ BEGIN
   SELECT coalesce(array_agg(w.id), '{}') INTO v_dead_workers
   FROM "tusk".workers w
   WHERE w.id <> ALL (v_live)
+    -- a worker whose lock went with its listening connection but that beat in the last
+    -- second is reconnecting: given that second to register again before its jobs go
+    AND w.heartbeat_at < clock_timestamp() - interval '1 second'
     AND (w.heartbeat_at > pg_postmaster_start_time()
          OR clock_timestamp() - pg_postmaster_start_time() > p_grace_ms * interval '1 millisecond');
   SELECT * INTO v_pace FROM "tusk".lane_prune;

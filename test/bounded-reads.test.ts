@@ -140,7 +140,8 @@ describe('the search for lost jobs, paced by its cost', () => {
     // at once, with the run-out lease beside it
     const b = await leaseRunOut('paced-b');
     const [worker] = await db.rows<{ id: number }>(
-      `INSERT INTO $schema.workers (name, host, pid, concurrency, version) VALUES ('gone', 'h', 1, 1, 'x') RETURNING id`,
+      `INSERT INTO $schema.workers (name, host, pid, concurrency, version, heartbeat_at)
+       VALUES ('gone', 'h', 1, 1, 'x', now() - interval '5 seconds') RETURNING id`,
     );
     await enqueue('paced-c', 1);
     const [c] = (
@@ -174,5 +175,29 @@ describe('the search for lost jobs, paced by its cost', () => {
     await pace(-60_000, 1000); // searched "a minute from now": the clock went back
     expect(await reap()).toBe(1);
     expect(await stateOf(e)).toBe('available');
+  });
+});
+
+describe('a worker whose lock is gone', () => {
+  it('is given a second from its last beat to register again; then its jobs go back', async () => {
+    // its lock is held by no session: its listening connection was cut
+    const [worker] = await db.rows<{ id: number }>(
+      `INSERT INTO $schema.workers (name, host, pid, concurrency, version) VALUES ('cut', 'h', 1, 1, 'x') RETURNING id`,
+    );
+    await enqueue('cut', 1);
+    const [job] = (
+      await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.claim_jobs($1, 1, 3600000, '{cut}')`, [worker?.id])
+    ).rows;
+    const state = async () =>
+      (await db.rows<{ state: string }>('SELECT state::text FROM $schema.jobs WHERE id = $1', [job?.id]))[0]?.state;
+    await db.pool.query(`SELECT * FROM ${s}.reap()`); // beat just now: reconnecting, not dead
+    expect(await state()).toBe('running');
+    expect(await db.rows('SELECT 1 FROM $schema.workers WHERE id = $1', [worker?.id])).toHaveLength(1);
+    await db.pool.query(`UPDATE ${s}.workers SET heartbeat_at = now() - interval '1100 milliseconds' WHERE id = $1`, [
+      worker?.id,
+    ]);
+    await db.pool.query(`SELECT * FROM ${s}.reap()`);
+    expect(await state()).toBe('available');
+    expect(await db.rows('SELECT 1 FROM $schema.workers WHERE id = $1', [worker?.id])).toHaveLength(0);
   });
 });
