@@ -109,7 +109,8 @@ export class Fleet {
         const dropped = /"jobs":(\d+),"outcome":"[a-z]+","msg":"outcomes dropped/.exec(line);
         if (dropped) w.droppedOutcomes += Number(dropped[1]);
         w.log.push(line);
-        if (w.log.length > 50) w.log.shift();
+        // enough for a crash's whole report (an uncaught error prints its fields one a line)
+        if (w.log.length > 150) w.log.shift();
       }
     });
     const onLine = this.#o.onLine;

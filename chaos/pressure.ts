@@ -327,7 +327,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
     if (gaveUp.length > 0) failures.push(`${gaveUp.length} worker(s) exited on their own`);
     for (const w of gaveUp) {
       failures.push(
-        `worker ${w.pid} exited (${w.exitCode ?? w.exitSignal}), its last lines:\n${w.log.slice(-25).join('\n')}`,
+        `worker ${w.pid} exited (${w.exitCode ?? w.exitSignal}), its last lines:\n${w.log.slice(-120).join('\n')}`,
       );
     }
     return { ok: failures.length === 0, failures, capacity, rate, phases, scanners };
