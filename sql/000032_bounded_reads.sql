@@ -210,14 +210,17 @@ BEGIN
   RETURN n;
 END $$;
 
--- The jobs made available by a transaction a snapshot did not see. `state IS NOT DISTINCT
--- FROM 'available'` (the same test: state is never null) is the predicate of
--- jobs_arrivals and of no other index, so these reads use jobs_arrivals whatever the
--- estimates: with `state = 'available'`, a generic plan read the in-progress xids'
--- range as a scan of jobs_ready, every available job (33 000, 600 ms a claim). No
--- parallel plan: launching workers to read a few rows cost 400 ms a claim when the
--- estimates grew (IPC:ExecuteGather was most of what claims waited on in a pinned phase).
-CREATE OR REPLACE FUNCTION :SCHEMA.arrivals_since(p_xmax xid8, p_xip xid8[])
+-- The jobs made available by a transaction a snapshot did not see, at or before a
+-- position in (priority, id) order. Readers holding several marks pass the furthest and
+-- filter per mark. The bound is an index condition on jobs_arrivals: the entries after it
+-- are passed over in the index, with no heap visit. `state IS NOT DISTINCT FROM
+-- 'available'` (the same test: state is never null) is the predicate of jobs_arrivals
+-- and of no other index, so these reads use jobs_arrivals whatever the estimates: with
+-- `state = 'available'`, a generic plan read the in-progress xids' range as a scan of
+-- jobs_ready, every available job (33 000, 600 ms a claim). No parallel plan: launching
+-- workers to read a few rows cost 400 ms a claim when the estimates grew
+-- (IPC:ExecuteGather was most of what claims waited on in a pinned phase).
+CREATE FUNCTION :SCHEMA.arrivals_before(p_xmax xid8, p_xip xid8[], p_priority smallint, p_id bigint)
 RETURNS TABLE (id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8,
                expires_at timestamptz)
 LANGUAGE sql STABLE
@@ -227,29 +230,20 @@ AS $$
   -- two ranges, not an OR: each is an index condition whatever the estimates
   SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM :SCHEMA.jobs j
   WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid >= p_xmax
-  UNION ALL
-  SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM :SCHEMA.jobs j
-  WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid = ANY (p_xip)
-    AND (p_xmax IS NULL OR j.avail_xid < p_xmax)
-$$;
-
--- The same, at or before a position in (priority, id) order. Readers holding several
--- marks pass the furthest and filter per mark. The bound is an index condition on
--- jobs_arrivals: the entries after it are passed over in the index, with no heap visit.
-CREATE FUNCTION :SCHEMA.arrivals_before(p_xmax xid8, p_xip xid8[], p_priority smallint, p_id bigint)
-RETURNS TABLE (id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8,
-               expires_at timestamptz)
-LANGUAGE sql STABLE
-SET enable_seqscan = off
-SET max_parallel_workers_per_gather = 0
-AS $$
-  SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM :SCHEMA.jobs j
-  WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid >= p_xmax
     AND (j.priority, j.id) <= (p_priority, p_id)
   UNION ALL
   SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM :SCHEMA.jobs j
   WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid = ANY (p_xip)
     AND (p_xmax IS NULL OR j.avail_xid < p_xmax) AND (j.priority, j.id) <= (p_priority, p_id)
+$$;
+
+-- All of them, wherever they sit (the look for new pairs needs every arrival's pair).
+CREATE OR REPLACE FUNCTION :SCHEMA.arrivals_since(p_xmax xid8, p_xip xid8[])
+RETURNS TABLE (id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8,
+               expires_at timestamptz)
+LANGUAGE sql STABLE
+AS $$
+  SELECT * FROM :SCHEMA.arrivals_before(p_xmax, p_xip, 32767::smallint, 9223372036854775807)
 $$;
 
 

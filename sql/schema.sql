@@ -247,6 +247,7 @@ CREATE FUNCTION tusk.arrivals_before(p_xmax xid8, p_xip xid8[], p_priority small
     SET enable_seqscan TO 'off'
     SET max_parallel_workers_per_gather TO '0'
     AS $$
+  -- two ranges, not an OR: each is an index condition whatever the estimates
   SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
   WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid >= p_xmax
     AND (j.priority, j.id) <= (p_priority, p_id)
@@ -270,16 +271,8 @@ CREATE FUNCTION tusk.arrivals_lock() RETURNS integer
 
 CREATE FUNCTION tusk.arrivals_since(p_xmax xid8, p_xip xid8[]) RETURNS TABLE(id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8, expires_at timestamp with time zone)
     LANGUAGE sql STABLE
-    SET enable_seqscan TO 'off'
-    SET max_parallel_workers_per_gather TO '0'
     AS $$
-  -- two ranges, not an OR: each is an index condition whatever the estimates
-  SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
-  WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid >= p_xmax
-  UNION ALL
-  SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
-  WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid = ANY (p_xip)
-    AND (p_xmax IS NULL OR j.avail_xid < p_xmax)
+  SELECT * FROM "tusk".arrivals_before(p_xmax, p_xip, 32767::smallint, 9223372036854775807)
 $$;
 
 --
