@@ -246,6 +246,32 @@ AS $$
   SELECT * FROM :SCHEMA.arrivals_before(p_xmax, p_xip, 32767::smallint, 9223372036854775807)
 $$;
 
+-- The arrivals that lane marks did not see, each at or before its own lane's mark: what
+-- reading each lane from its mark on would miss. Marks as parallel arrays (queue, tenant,
+-- position, snapshot); a lane with no mark (no snapshot) has none. One bounded read for
+-- them all, from the oldest mark's xmax up to the furthest position, then each arrival
+-- kept if its own lane's mark did not see it (PgQ's rule: xid at or past the snapshot's
+-- xmax, or among its in-progress xids) and it sits at or before that mark.
+CREATE FUNCTION :SCHEMA.arrivals_behind(p_queues text[], p_tenants text[], p_priorities smallint[],
+                                        p_ids bigint[], p_snaps pg_snapshot[])
+RETURNS TABLE (id bigint, tid tid, queue text, tenant text, priority smallint, expires_at timestamptz)
+LANGUAGE sql STABLE
+AS $$
+  WITH m AS MATERIALIZED (
+    SELECT q.queue, q.tenant, q.priority, q.id, pg_snapshot_xmax(q.snap) AS xmax,
+           ARRAY(SELECT pg_snapshot_xip(q.snap)) AS xip
+    FROM unnest(p_queues, p_tenants, p_priorities, p_ids, p_snaps) AS q(queue, tenant, priority, id, snap)
+  )
+  SELECT a.id, a.tid, a.queue, a.tenant, a.priority, a.expires_at
+  FROM (SELECT m.priority, m.id FROM m ORDER BY m.priority DESC, m.id DESC LIMIT 1) b
+  CROSS JOIN LATERAL :SCHEMA.arrivals_before(
+    (SELECT min(m.xmax) FROM m), ARRAY(SELECT DISTINCT x FROM m, unnest(m.xip) x), b.priority, b.id) a
+  WHERE EXISTS (SELECT 1 FROM m
+                WHERE m.queue = a.queue AND m.tenant = a.tenant
+                  AND (a.avail_xid >= m.xmax OR a.avail_xid = ANY (m.xip))
+                  AND (a.priority, a.id) <= (m.priority, m.id))
+$$;
+
 
 -- The upkeep's search for lost jobs reads every running job (jobs_running). While a
 -- horizon is pinned that index keeps an entry for every job that ran since, and the
@@ -263,7 +289,7 @@ $$;
 -- (thousands, with prefetch) went back to the queue, an attempt counted, and its results
 -- were fenced out; at 12 000 jobs/s a storm of 4 cuts a second took the workers to
 -- 1 900 jobs/s and a backlog of 1.4 million. A worker whose lock is gone is now dead once
--- it has not beaten for a second (it beats at least every second by default, and not
+-- it has not beaten for a second (it beats every second by default, and not
 -- while its listening connection is down): a crashed worker's jobs go back at most a
 -- second later than before.
 ALTER TABLE :SCHEMA.lane_prune
@@ -362,24 +388,20 @@ LANGUAGE sql STABLE
 SET enable_seqscan = off
 AS $$
   WITH pairs AS MATERIALIZED (
-    SELECT p.queue, p.tenant, m.priority, m.id, m.xmax, m.xip
+    SELECT p.queue, p.tenant, m.priority, m.id, m.snap
     FROM unnest(p_pairs) p CROSS JOIN LATERAL :SCHEMA.lane_mark(p.queue, p.tenant) m
   ),
   arr AS MATERIALIZED (
-    SELECT a.queue, a.tenant, a.avail_xid, a.priority, a.id
-    FROM (SELECT p.priority, p.id FROM pairs p ORDER BY p.priority DESC, p.id DESC LIMIT 1) b
-    CROSS JOIN LATERAL :SCHEMA.arrivals_before(
-      (SELECT min(p.xmax) FROM pairs p), ARRAY(SELECT DISTINCT x FROM pairs p, unnest(p.xip) x),
-      b.priority, b.id) a
+    SELECT a.queue, a.tenant FROM :SCHEMA.arrivals_behind(
+      ARRAY(SELECT p.queue FROM pairs p), ARRAY(SELECT p.tenant FROM pairs p),
+      ARRAY(SELECT p.priority FROM pairs p), ARRAY(SELECT p.id FROM pairs p),
+      ARRAY(SELECT p.snap FROM pairs p)) a
   )
   SELECT array_agg(ROW(p.queue, p.tenant, NULL):::SCHEMA.lane) FROM pairs p
   WHERE EXISTS (SELECT 1 FROM :SCHEMA.jobs j
                 WHERE j.state = 'available' AND j.queue = p.queue AND j.tenant = p.tenant
                   AND (j.priority, j.id) > (p.priority, p.id))
-     OR EXISTS (SELECT 1 FROM arr a
-                WHERE a.queue = p.queue AND a.tenant = p.tenant
-                  AND (a.avail_xid >= p.xmax OR a.avail_xid = ANY (p.xip))
-                  AND (a.priority, a.id) <= (p.priority, p.id))
+     OR EXISTS (SELECT 1 FROM arr a WHERE a.queue = p.queue AND a.tenant = p.tenant)
 $$;
 
 -- The upkeep's renewal of marks: the same bounded read.
@@ -411,22 +433,19 @@ BEGIN
   -- at or before the position arrived since: then every job available in this snapshot at
   -- or before it is gone, as the old mark said of its own.
   WITH stale AS MATERIALIZED (
-    SELECT a.queue, a.tenant, m.priority, m.id, m.xmax, m.xip FROM :SCHEMA.active_pairs a
+    SELECT a.queue, a.tenant, m.priority, m.id, m.snap FROM :SCHEMA.active_pairs a
     CROSS JOIN LATERAL :SCHEMA.lane_mark(a.queue, a.tenant) m
     WHERE m.at < now() - interval '1 second'
   ),
   arr AS MATERIALIZED (
-    SELECT a.* FROM (SELECT s.priority, s.id FROM stale s ORDER BY s.priority DESC, s.id DESC LIMIT 1) b
-    CROSS JOIN LATERAL :SCHEMA.arrivals_before(
-      (SELECT min(s.xmax) FROM stale s), ARRAY(SELECT DISTINCT x FROM stale s, unnest(s.xip) x),
-      b.priority, b.id) a
+    SELECT a.queue, a.tenant FROM :SCHEMA.arrivals_behind(
+      ARRAY(SELECT s.queue FROM stale s), ARRAY(SELECT s.tenant FROM stale s),
+      ARRAY(SELECT s.priority FROM stale s), ARRAY(SELECT s.id FROM stale s),
+      ARRAY(SELECT s.snap FROM stale s)) a
   )
   INSERT INTO :SCHEMA.lane_marks (queue, tenant, priority, id, snap, claimed)
   SELECT s.queue, s.tenant, s.priority, s.id, pg_current_snapshot(), false FROM stale s
-  WHERE NOT EXISTS (SELECT 1 FROM arr a
-                    WHERE a.queue = s.queue AND a.tenant = s.tenant
-                      AND (a.avail_xid >= s.xmax OR a.avail_xid = ANY (s.xip))
-                      AND (a.priority, a.id) <= (s.priority, s.id));
+  WHERE NOT EXISTS (SELECT 1 FROM arr a WHERE a.queue = s.queue AND a.tenant = s.tenant);
   -- Marks, serves and looks that have a newer one of their own are read no more. Each
   -- pass deletes them from a little before where the previous one stopped, on the seq key:
   -- a pass does not read again the rows earlier passes deleted (dead and kept while a
@@ -595,18 +614,18 @@ BEGIN
       SELECT l.queue, l.tenant, l.concurrency_key, e.free, sh.n AS share, e.last_served_at, e.shared,
              CASE WHEN l.concurrency_key IS NULL OR l.concurrency_key = '' OR e.per_key IS NULL THEN NULL
                   ELSE e.per_key - :SCHEMA.running_now(l.tenant, l.concurrency_key) END AS key_free,
-             m.priority AS m_priority, m.id AS m_id, m.xmax AS m_xmax, m.xip AS m_xip, m.snap AS m_snap
+             m.priority AS m_priority, m.id AS m_id, m.snap AS m_snap
       FROM unnest(v_lanes) l JOIN elig e ON e.tenant = l.tenant CROSS JOIN share sh
       CROSS JOIN LATERAL :SCHEMA.lane_mark(l.queue, l.tenant) m
       WHERE e.free > 0
     ),
     arr AS MATERIALIZED (
-      SELECT a.* FROM (SELECT n.m_priority, n.m_id FROM lanes n WHERE n.concurrency_key IS NULL
-                       ORDER BY n.m_priority DESC, n.m_id DESC LIMIT 1) b
-      CROSS JOIN LATERAL :SCHEMA.arrivals_before(
-        (SELECT min(n.m_xmax) FROM lanes n WHERE n.concurrency_key IS NULL),
-        ARRAY(SELECT DISTINCT x FROM lanes n, unnest(n.m_xip) x WHERE n.concurrency_key IS NULL),
-        b.m_priority, b.m_id) a
+      SELECT a.* FROM :SCHEMA.arrivals_behind(
+        ARRAY(SELECT n.queue FROM lanes n WHERE n.concurrency_key IS NULL),
+        ARRAY(SELECT n.tenant FROM lanes n WHERE n.concurrency_key IS NULL),
+        ARRAY(SELECT n.m_priority FROM lanes n WHERE n.concurrency_key IS NULL),
+        ARRAY(SELECT n.m_id FROM lanes n WHERE n.concurrency_key IS NULL),
+        ARRAY(SELECT n.m_snap FROM lanes n WHERE n.concurrency_key IS NULL)) a
     ),
     -- Limited tenants' pair lanes (their claims are serialized by the tenant's row lock):
     -- the first jobs in lane order, the arrivals before the mark and the jobs after it.
@@ -623,8 +642,6 @@ BEGIN
           UNION ALL
           SELECT a.id, a.tid, a.priority FROM arr a
           WHERE a.queue = n.queue AND a.tenant = n.tenant
-            AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
-            AND (a.priority, a.id) <= (n.m_priority, n.m_id)
             AND (a.expires_at IS NULL OR a.expires_at > now())
         ) y
         ORDER BY y.priority, y.id
@@ -641,8 +658,6 @@ BEGIN
         WHERE j.ctid = ANY (ARRAY(
                 SELECT a.tid FROM arr a
                 WHERE a.queue = n.queue AND a.tenant = n.tenant
-                  AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
-                  AND (a.priority, a.id) <= (n.m_priority, n.m_id)
                   AND (a.expires_at IS NULL OR a.expires_at > now())))
           AND j.state IS NOT DISTINCT FROM 'available'  -- see the claim below
         ORDER BY j.priority, j.id
@@ -759,22 +774,15 @@ BEGIN
     --    left); after it, the mark goes to the furthest job this claim took before the
     --    first job still available there — one a parallel claim holds (it may yet roll
     --    back), one committed late, or the next in line.
-    WITH old AS MATERIALIZED (
-      SELECT l.queue, l.tenant, l.priority, l.id, pg_snapshot_xmax(l.snap) AS xmax,
-             ARRAY(SELECT pg_snapshot_xip(l.snap)) AS xip
-      FROM unnest(v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps)
-           AS l(queue, tenant, priority, id, snap)
-    ),
-    -- the arrivals at or before any old mark, read once for all the lanes
-    arr AS MATERIALIZED (
-      SELECT a.* FROM (SELECT o.priority, o.id FROM old o ORDER BY o.priority DESC, o.id DESC LIMIT 1) b
-      CROSS JOIN LATERAL :SCHEMA.arrivals_before(
-        (SELECT min(o.xmax) FROM old o), ARRAY(SELECT DISTINCT x FROM old o, unnest(o.xip) x),
-        b.priority, b.id) a
+    -- the arrivals behind the old marks, read once for all the lanes
+    WITH arr AS MATERIALIZED (
+      SELECT a.* FROM :SCHEMA.arrivals_behind(
+        v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps) a
     )
     INSERT INTO :SCHEMA.lane_marks (queue, tenant, priority, id, snap)
     SELECT l.queue, l.tenant, p.priority, p.id, pg_current_snapshot()
-    FROM old l
+    FROM unnest(v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids)
+         AS l(queue, tenant, priority, id)
     LEFT JOIN LATERAL (
       SELECT j.priority, j.id FROM :SCHEMA.jobs j
       WHERE j.state = 'available' AND j.queue = l.queue AND j.tenant = l.tenant
@@ -792,8 +800,6 @@ BEGIN
     WHERE NOT EXISTS (
       SELECT 1 FROM arr a
       WHERE a.queue = l.queue AND a.tenant = l.tenant
-        AND (a.avail_xid >= l.xmax OR a.avail_xid = ANY (l.xip))
-        AND (a.priority, a.id) <= (l.priority, l.id)
         AND (a.expires_at IS NULL OR a.expires_at > now()));
 
     v_left := v_left - cardinality(v_ids);

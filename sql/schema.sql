@@ -258,6 +258,28 @@ CREATE FUNCTION tusk.arrivals_before(p_xmax xid8, p_xip xid8[], p_priority small
 $$;
 
 --
+-- Name: arrivals_behind(text[], text[], smallint[], bigint[], pg_snapshot[]); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.arrivals_behind(p_queues text[], p_tenants text[], p_priorities smallint[], p_ids bigint[], p_snaps pg_snapshot[]) RETURNS TABLE(id bigint, tid tid, queue text, tenant text, priority smallint, expires_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+  WITH m AS MATERIALIZED (
+    SELECT q.queue, q.tenant, q.priority, q.id, pg_snapshot_xmax(q.snap) AS xmax,
+           ARRAY(SELECT pg_snapshot_xip(q.snap)) AS xip
+    FROM unnest(p_queues, p_tenants, p_priorities, p_ids, p_snaps) AS q(queue, tenant, priority, id, snap)
+  )
+  SELECT a.id, a.tid, a.queue, a.tenant, a.priority, a.expires_at
+  FROM (SELECT m.priority, m.id FROM m ORDER BY m.priority DESC, m.id DESC LIMIT 1) b
+  CROSS JOIN LATERAL "tusk".arrivals_before(
+    (SELECT min(m.xmax) FROM m), ARRAY(SELECT DISTINCT x FROM m, unnest(m.xip) x), b.priority, b.id) a
+  WHERE EXISTS (SELECT 1 FROM m
+                WHERE m.queue = a.queue AND m.tenant = a.tenant
+                  AND (a.avail_xid >= m.xmax OR a.avail_xid = ANY (m.xip))
+                  AND (a.priority, a.id) <= (m.priority, m.id))
+$$;
+
+--
 -- Name: arrivals_lock(); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -507,18 +529,18 @@ BEGIN
       SELECT l.queue, l.tenant, l.concurrency_key, e.free, sh.n AS share, e.last_served_at, e.shared,
              CASE WHEN l.concurrency_key IS NULL OR l.concurrency_key = '' OR e.per_key IS NULL THEN NULL
                   ELSE e.per_key - "tusk".running_now(l.tenant, l.concurrency_key) END AS key_free,
-             m.priority AS m_priority, m.id AS m_id, m.xmax AS m_xmax, m.xip AS m_xip, m.snap AS m_snap
+             m.priority AS m_priority, m.id AS m_id, m.snap AS m_snap
       FROM unnest(v_lanes) l JOIN elig e ON e.tenant = l.tenant CROSS JOIN share sh
       CROSS JOIN LATERAL "tusk".lane_mark(l.queue, l.tenant) m
       WHERE e.free > 0
     ),
     arr AS MATERIALIZED (
-      SELECT a.* FROM (SELECT n.m_priority, n.m_id FROM lanes n WHERE n.concurrency_key IS NULL
-                       ORDER BY n.m_priority DESC, n.m_id DESC LIMIT 1) b
-      CROSS JOIN LATERAL "tusk".arrivals_before(
-        (SELECT min(n.m_xmax) FROM lanes n WHERE n.concurrency_key IS NULL),
-        ARRAY(SELECT DISTINCT x FROM lanes n, unnest(n.m_xip) x WHERE n.concurrency_key IS NULL),
-        b.m_priority, b.m_id) a
+      SELECT a.* FROM "tusk".arrivals_behind(
+        ARRAY(SELECT n.queue FROM lanes n WHERE n.concurrency_key IS NULL),
+        ARRAY(SELECT n.tenant FROM lanes n WHERE n.concurrency_key IS NULL),
+        ARRAY(SELECT n.m_priority FROM lanes n WHERE n.concurrency_key IS NULL),
+        ARRAY(SELECT n.m_id FROM lanes n WHERE n.concurrency_key IS NULL),
+        ARRAY(SELECT n.m_snap FROM lanes n WHERE n.concurrency_key IS NULL)) a
     ),
     -- Limited tenants' pair lanes (their claims are serialized by the tenant's row lock):
     -- the first jobs in lane order, the arrivals before the mark and the jobs after it.
@@ -535,8 +557,6 @@ BEGIN
           UNION ALL
           SELECT a.id, a.tid, a.priority FROM arr a
           WHERE a.queue = n.queue AND a.tenant = n.tenant
-            AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
-            AND (a.priority, a.id) <= (n.m_priority, n.m_id)
             AND (a.expires_at IS NULL OR a.expires_at > now())
         ) y
         ORDER BY y.priority, y.id
@@ -553,8 +573,6 @@ BEGIN
         WHERE j.ctid = ANY (ARRAY(
                 SELECT a.tid FROM arr a
                 WHERE a.queue = n.queue AND a.tenant = n.tenant
-                  AND (a.avail_xid >= n.m_xmax OR a.avail_xid = ANY (n.m_xip))
-                  AND (a.priority, a.id) <= (n.m_priority, n.m_id)
                   AND (a.expires_at IS NULL OR a.expires_at > now())))
           AND j.state IS NOT DISTINCT FROM 'available'  -- see the claim below
         ORDER BY j.priority, j.id
@@ -671,22 +689,15 @@ BEGIN
     --    left); after it, the mark goes to the furthest job this claim took before the
     --    first job still available there — one a parallel claim holds (it may yet roll
     --    back), one committed late, or the next in line.
-    WITH old AS MATERIALIZED (
-      SELECT l.queue, l.tenant, l.priority, l.id, pg_snapshot_xmax(l.snap) AS xmax,
-             ARRAY(SELECT pg_snapshot_xip(l.snap)) AS xip
-      FROM unnest(v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps)
-           AS l(queue, tenant, priority, id, snap)
-    ),
-    -- the arrivals at or before any old mark, read once for all the lanes
-    arr AS MATERIALIZED (
-      SELECT a.* FROM (SELECT o.priority, o.id FROM old o ORDER BY o.priority DESC, o.id DESC LIMIT 1) b
-      CROSS JOIN LATERAL "tusk".arrivals_before(
-        (SELECT min(o.xmax) FROM old o), ARRAY(SELECT DISTINCT x FROM old o, unnest(o.xip) x),
-        b.priority, b.id) a
+    -- the arrivals behind the old marks, read once for all the lanes
+    WITH arr AS MATERIALIZED (
+      SELECT a.* FROM "tusk".arrivals_behind(
+        v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps) a
     )
     INSERT INTO "tusk".lane_marks (queue, tenant, priority, id, snap)
     SELECT l.queue, l.tenant, p.priority, p.id, pg_current_snapshot()
-    FROM old l
+    FROM unnest(v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids)
+         AS l(queue, tenant, priority, id)
     LEFT JOIN LATERAL (
       SELECT j.priority, j.id FROM "tusk".jobs j
       WHERE j.state = 'available' AND j.queue = l.queue AND j.tenant = l.tenant
@@ -704,8 +715,6 @@ BEGIN
     WHERE NOT EXISTS (
       SELECT 1 FROM arr a
       WHERE a.queue = l.queue AND a.tenant = l.tenant
-        AND (a.avail_xid >= l.xmax OR a.avail_xid = ANY (l.xip))
-        AND (a.priority, a.id) <= (l.priority, l.id)
         AND (a.expires_at IS NULL OR a.expires_at > now()));
 
     v_left := v_left - cardinality(v_ids);
@@ -1816,24 +1825,20 @@ CREATE FUNCTION tusk.pairs_with_work(p_pairs tusk.lane[]) RETURNS tusk.lane[]
     SET enable_seqscan TO 'off'
     AS $$
   WITH pairs AS MATERIALIZED (
-    SELECT p.queue, p.tenant, m.priority, m.id, m.xmax, m.xip
+    SELECT p.queue, p.tenant, m.priority, m.id, m.snap
     FROM unnest(p_pairs) p CROSS JOIN LATERAL "tusk".lane_mark(p.queue, p.tenant) m
   ),
   arr AS MATERIALIZED (
-    SELECT a.queue, a.tenant, a.avail_xid, a.priority, a.id
-    FROM (SELECT p.priority, p.id FROM pairs p ORDER BY p.priority DESC, p.id DESC LIMIT 1) b
-    CROSS JOIN LATERAL "tusk".arrivals_before(
-      (SELECT min(p.xmax) FROM pairs p), ARRAY(SELECT DISTINCT x FROM pairs p, unnest(p.xip) x),
-      b.priority, b.id) a
+    SELECT a.queue, a.tenant FROM "tusk".arrivals_behind(
+      ARRAY(SELECT p.queue FROM pairs p), ARRAY(SELECT p.tenant FROM pairs p),
+      ARRAY(SELECT p.priority FROM pairs p), ARRAY(SELECT p.id FROM pairs p),
+      ARRAY(SELECT p.snap FROM pairs p)) a
   )
   SELECT array_agg(ROW(p.queue, p.tenant, NULL)::"tusk".lane) FROM pairs p
   WHERE EXISTS (SELECT 1 FROM "tusk".jobs j
                 WHERE j.state = 'available' AND j.queue = p.queue AND j.tenant = p.tenant
                   AND (j.priority, j.id) > (p.priority, p.id))
-     OR EXISTS (SELECT 1 FROM arr a
-                WHERE a.queue = p.queue AND a.tenant = p.tenant
-                  AND (a.avail_xid >= p.xmax OR a.avail_xid = ANY (p.xip))
-                  AND (a.priority, a.id) <= (p.priority, p.id))
+     OR EXISTS (SELECT 1 FROM arr a WHERE a.queue = p.queue AND a.tenant = p.tenant)
 $$;
 
 --
@@ -2028,22 +2033,19 @@ BEGIN
   -- at or before the position arrived since: then every job available in this snapshot at
   -- or before it is gone, as the old mark said of its own.
   WITH stale AS MATERIALIZED (
-    SELECT a.queue, a.tenant, m.priority, m.id, m.xmax, m.xip FROM "tusk".active_pairs a
+    SELECT a.queue, a.tenant, m.priority, m.id, m.snap FROM "tusk".active_pairs a
     CROSS JOIN LATERAL "tusk".lane_mark(a.queue, a.tenant) m
     WHERE m.at < now() - interval '1 second'
   ),
   arr AS MATERIALIZED (
-    SELECT a.* FROM (SELECT s.priority, s.id FROM stale s ORDER BY s.priority DESC, s.id DESC LIMIT 1) b
-    CROSS JOIN LATERAL "tusk".arrivals_before(
-      (SELECT min(s.xmax) FROM stale s), ARRAY(SELECT DISTINCT x FROM stale s, unnest(s.xip) x),
-      b.priority, b.id) a
+    SELECT a.queue, a.tenant FROM "tusk".arrivals_behind(
+      ARRAY(SELECT s.queue FROM stale s), ARRAY(SELECT s.tenant FROM stale s),
+      ARRAY(SELECT s.priority FROM stale s), ARRAY(SELECT s.id FROM stale s),
+      ARRAY(SELECT s.snap FROM stale s)) a
   )
   INSERT INTO "tusk".lane_marks (queue, tenant, priority, id, snap, claimed)
   SELECT s.queue, s.tenant, s.priority, s.id, pg_current_snapshot(), false FROM stale s
-  WHERE NOT EXISTS (SELECT 1 FROM arr a
-                    WHERE a.queue = s.queue AND a.tenant = s.tenant
-                      AND (a.avail_xid >= s.xmax OR a.avail_xid = ANY (s.xip))
-                      AND (a.priority, a.id) <= (s.priority, s.id));
+  WHERE NOT EXISTS (SELECT 1 FROM arr a WHERE a.queue = s.queue AND a.tenant = s.tenant);
   -- Marks, serves and looks that have a newer one of their own are read no more. Each
   -- pass deletes them from a little before where the previous one stopped, on the seq key:
   -- a pass does not read again the rows earlier passes deleted (dead and kept while a
