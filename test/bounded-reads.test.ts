@@ -40,6 +40,10 @@ const enqueue = (queue: string, n: number) =>
     [queue, n],
   );
 
+/** A job's state while it is in `jobs` (undefined once finished). */
+const stateOf = async (id: string | undefined) =>
+  (await db.rows<{ state: string }>('SELECT state::text FROM $schema.jobs WHERE id = $1', [id]))[0]?.state;
+
 const claim = (queue: string, limit: number, on: pg.ClientBase | pg.Pool = db.pool) =>
   on.query<{ id: string; lease_token: string }>(`SELECT id, lease_token FROM ${s}.claim_jobs(NULL, $1, 3600000, $2)`, [
     limit,
@@ -114,8 +118,6 @@ describe('the search for lost jobs, paced by its cost', () => {
     );
   const reap = async () =>
     (await db.pool.query<{ released: number }>(`SELECT released FROM ${s}.reap()`)).rows[0]?.released;
-  const stateOf = async (id: string) =>
-    (await db.rows<{ state: string }>('SELECT state::text FROM $schema.jobs WHERE id = $1', [id]))[0]?.state;
   const leaseRunOut = async (queue: string) => {
     await enqueue(queue, 1);
     const [job] = (await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.fetch_jobs(1, 3600000, $1)`, [queue]))
@@ -152,7 +154,7 @@ describe('the search for lost jobs, paced by its cost', () => {
     await pace(0, 1000);
     expect(await reap()).toBe(2);
     expect(await stateOf(b)).toBe('available');
-    expect(await stateOf(c?.id ?? '')).toBe('available');
+    expect(await stateOf(c?.id)).toBe('available');
   });
 
   it('a search records its cost; a quick one (under 100 ms) runs every pass, as before; a clock gone back is due', async () => {
@@ -188,16 +190,14 @@ describe('a worker whose lock is gone', () => {
     const [job] = (
       await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.claim_jobs($1, 1, 3600000, '{cut}')`, [worker?.id])
     ).rows;
-    const state = async () =>
-      (await db.rows<{ state: string }>('SELECT state::text FROM $schema.jobs WHERE id = $1', [job?.id]))[0]?.state;
     await db.pool.query(`SELECT * FROM ${s}.reap()`); // beat just now: reconnecting, not dead
-    expect(await state()).toBe('running');
+    expect(await stateOf(job?.id)).toBe('running');
     expect(await db.rows('SELECT 1 FROM $schema.workers WHERE id = $1', [worker?.id])).toHaveLength(1);
     await db.pool.query(`UPDATE ${s}.workers SET heartbeat_at = now() - interval '1100 milliseconds' WHERE id = $1`, [
       worker?.id,
     ]);
     await db.pool.query(`SELECT * FROM ${s}.reap()`);
-    expect(await state()).toBe('available');
+    expect(await stateOf(job?.id)).toBe('available');
     expect(await db.rows('SELECT 1 FROM $schema.workers WHERE id = $1', [worker?.id])).toHaveLength(0);
   });
 });
