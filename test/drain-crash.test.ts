@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import { afterAll, expect, it } from 'vitest';
 import { REDIS_URL, testQueue } from './bullmq.js';
 import { CLI, cliEnv, exited } from './cli.js';
@@ -53,7 +54,19 @@ it('drainers killed with SIGKILL mid-batch: every staged job reaches BullMQ at l
     '--progress-ms',
     '0',
   ];
-  const start = () => spawn(process.execPath, [CLI, ...args], { env, stdio: 'ignore' });
+  // a send that fails (one that outlasts --send-timeout-ms on a loaded machine) leaves its
+  // batch staged, sent again after a backoff: a duplicate as much as a kill's, so counted
+  const failedSends: string[] = [];
+  const start = () => {
+    const child = spawn(process.execPath, [CLI, ...args], {
+      env: { ...env, TUSK_LOG_FORMAT: 'json' },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    createInterface({ input: child.stderr as NodeJS.ReadableStream }).on('line', (line) => {
+      if (/"msg":"drainer: sending to .* failed/.test(line)) failedSends.push(line);
+    });
+    return child;
+  };
   let drainers: ChildProcess[] = [start(), start()];
   // the staged jobs at the head of the table when a drainer died: the batch it had in hand
   const inFlight: number[][] = [];
@@ -102,12 +115,17 @@ it('drainers killed with SIGKILL mid-batch: every staged job reaches BullMQ at l
     `drain under SIGKILL: ${JOBS} staged, batches of ${BATCH}, ${inFlight.length} kills ` +
       `(${midBatch} after the batch reached Redis, before its delete): ${counts.size} distinct jobs in BullMQ, ` +
       `${missing.length} missing, ${extra} duplicates, all from batches in flight at a kill: ` +
-      `${duplicated.every(([n]) => headAtKill.has(n))}`,
+      `${duplicated.every(([n]) => headAtKill.has(n))}; failed sends: ${failedSends.length}`,
   );
+  for (const line of failedSends) console.log(line);
   expect(inFlight.length).toBe(KILLS);
   expect(missing).toEqual([]);
   expect(await staged()).toBe(0);
-  // a duplicate is a job of a batch that was in hand at a kill, sent again once
-  expect(duplicated.filter(([n]) => !headAtKill.has(n))).toEqual([]);
-  expect(duplicated.every(([, c]) => c === 2)).toBe(true);
+  // a duplicate is a job of a batch that was in hand at a kill, sent again once, or of a
+  // batch whose send failed, sent again (both at most a batch each)
+  const failed = failedSends.length;
+  expect(duplicated.filter(([n]) => !headAtKill.has(n)).length).toBeLessThanOrEqual(BATCH * failed);
+  expect(duplicated.filter(([, c]) => c > 2 + failed)).toEqual([]);
+  expect(extra).toBeLessThanOrEqual(BATCH * (inFlight.length + failed));
+  if (failed === 0) expect(duplicated.every(([, c]) => c === 2)).toBe(true);
 }, 180_000);
