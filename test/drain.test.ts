@@ -211,6 +211,42 @@ describe('drainer', () => {
     expect(drainer.forwarded).toBe(2);
   });
 
+  it("a sink's open() runs once, before the first send; one that throws is logged and the drainer forwards anyway", async () => {
+    const events: string[] = [];
+    const warnings: string[] = [];
+    const logger: Logger = { debug() {}, info() {}, error() {}, warn: (_obj, msg) => warnings.push(msg ?? '') };
+    const tusk = db.another({ logger });
+    const sink = (opening: () => Promise<void>): Sink => ({
+      name: 'opened',
+      async open() {
+        events.push('open');
+        await opening();
+      },
+      async send(jobs) {
+        events.push(`send ${jobs.length}`);
+      },
+    });
+    await stage([{ task: 'opened' }, { task: 'opened' }, { task: 'opened' }]);
+    // slower than the send's time: a first send that waited for it would be given up
+    const slow = tusk.drainer({ sink: sink(() => sleep(400)), batchSize: 2, sendTimeoutMs: 100 });
+    drainers.push(slow);
+    expect(events).toEqual([]);
+    await slow.start();
+    expect(events).toEqual(['open']);
+    await eventually(async () => (await stagedCount()) === 0, 5000);
+    expect(events).toEqual(['open', 'send 2', 'send 1']);
+    await slow.stop();
+
+    events.length = 0;
+    await stage([{ task: 'opened' }]);
+    const broken = tusk.drainer({ sink: sink(() => Promise.reject(new Error('no route'))) });
+    drainers.push(broken);
+    await broken.start();
+    await eventually(async () => (await stagedCount()) === 0, 5000);
+    expect(events).toEqual(['open', 'send 1']);
+    expect(warnings).toEqual(['drainer: opening opened failed (no route); its sends connect again']);
+  });
+
   it('one active drainer per schema: the others stand by and take over when it stops or dies', async () => {
     const seen: Record<string, number> = { a: 0, b: 0 };
     const counting = (label: string): Sink => ({

@@ -43,6 +43,7 @@ export interface RedisClientLike {
 interface QueueLike {
   addBulk(jobs: Array<{ name: string; data: unknown; opts?: Record<string, unknown> }>): Promise<unknown[]>;
   close(): Promise<void>;
+  waitUntilReady(): Promise<unknown>;
   on(event: 'error', listener: (error: Error) => void): unknown;
 }
 type QueueCtor = new (name: string, options: { connection: unknown; prefix?: string }) => QueueLike;
@@ -51,7 +52,7 @@ type RedisCtor = new (url: string, options: Record<string, unknown>) => RedisCli
 /**
  * A sink that adds staged jobs to BullMQ queues on Redis, in staging order, one
  * `addBulk` (a Redis MULTI) per queue and batch. bullmq and ioredis are loaded when the
- * sink first sends (optional peer dependencies). While Redis is unreachable, sending
+ * drainer starts, which also connects (optional peer dependencies). While Redis is unreachable, sending
  * fails at once (no offline queue) and the drainer retries with backoff; rows stay staged.
  *
  * @example
@@ -99,18 +100,28 @@ export function bullmqSink(options: BullMQSinkOptions = {}): Sink {
     return queue;
   };
 
+  /** The client, once connected or failed to (a first connection may still be on its way). */
+  const connected = async (): Promise<RedisClientLike> => {
+    redis ??= connect().catch((error: unknown) => {
+      redis = null;
+      throw error;
+    });
+    const client = await redis;
+    if (client.status === 'connecting' || client.status === 'wait') await ready(client, CONNECT_WAIT_MS);
+    return client;
+  };
+
   const map = options.map ?? ((job: StagedJob) => defaultJob(job, options));
 
   return {
     name: 'bullmq',
+    async open() {
+      const client = await connected();
+      // BullMQ loads its scripts into Redis when a queue first connects
+      if (options.queue && client.status === 'ready') await queueFor(client, options.queue).waitUntilReady();
+    },
     async send(jobs, { signal }) {
-      redis ??= connect().catch((error: unknown) => {
-        redis = null;
-        throw error;
-      });
-      const client = await redis;
-      // a first connection may still be on its way; a lost one fails at once
-      if (client.status === 'connecting' || client.status === 'wait') await ready(client, CONNECT_WAIT_MS);
+      const client = await connected();
       if (client.status !== 'ready') {
         throw new Error(
           `Redis ${own ? `at ${redactUrl(url)} ` : ''}is not reachable (${client.status}${lastError ? `: ${lastError.message}` : ''})`,

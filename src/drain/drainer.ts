@@ -175,6 +175,14 @@ export class Drainer {
       this.#host.forget(this);
       throw error;
     }
+    await this.#sink
+      .open?.()
+      .catch((error: unknown) =>
+        this.#host.log.warn(
+          { err: error },
+          `drainer: opening ${this.#sink.name} failed (${(error as Error)?.message}); its sends connect again`,
+        ),
+      );
     const channel = `${this.#host.schema}:staged`;
     this.#listener = new Listener({
       label: 'drainer',

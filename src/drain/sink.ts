@@ -128,6 +128,14 @@ export interface Sink {
    */
   readonly transactional?: boolean;
   send(jobs: readonly StagedJob[], context: SinkContext): Promise<void>;
+  /**
+   * Connects and loads what the sink needs, once, before the drainer first takes the lock:
+   * then a send's time (the drainer's `sendTimeoutMs`) is the send's alone, and a slow
+   * start does not give up a first batch that then arrives twice. A destination that is
+   * down is for `send` to report (it is retried); a throw here is logged and the drainer
+   * starts anyway.
+   */
+  open?(): Promise<void>;
   /** Releases the sink's connections; called when the drainer stops. */
   close?(): Promise<void>;
 }
