@@ -228,7 +228,13 @@ describe('drainer', () => {
     });
     await stage([{ task: 'opened' }, { task: 'opened' }, { task: 'opened' }]);
     // slower than the send's time: a first send that waited for it would be given up
-    const slow = tusk.drainer({ sink: sink(() => sleep(400)), batchSize: 2, sendTimeoutMs: 100 });
+    const slow = tusk.drainer({
+      sink: sink(async () => {
+        await sleep(400);
+      }),
+      batchSize: 2,
+      sendTimeoutMs: 100,
+    });
     drainers.push(slow);
     expect(events).toEqual([]);
     await slow.start();
