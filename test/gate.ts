@@ -76,11 +76,17 @@ export class Gate {
     if (port === undefined) this.#holding = false;
     for (const pair of this.#pairs) {
       if (port !== undefined && pair.port !== port) continue;
-      for (const chunk of pair.held.splice(0)) {
-        if (chunk) pair.client.write(chunk);
-        else pair.client.destroy();
-      }
+      // in one write, so read at once: a message and the one after it reach the client together
+      const held = pair.held.splice(0);
+      const data = held.filter((chunk): chunk is Buffer => chunk !== null);
+      if (data.length > 0) pair.client.write(Buffer.concat(data));
+      if (held.includes(null)) pair.client.end();
     }
+  }
+
+  /** Whether the server closed the connection from `port` while what it sent was held. */
+  closedWhileHeld(port: number): boolean {
+    return [...this.#pairs].some((p) => p.port === port && p.held.includes(null));
   }
 
   async close(): Promise<void> {

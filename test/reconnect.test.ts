@@ -273,3 +273,32 @@ describe('a worker cut off from the database', () => {
     await worker.stop();
   });
 });
+
+describe('a connection terminated as it starts', () => {
+  it('handed out by pool.connect() with the FATAL in the same read as its startup: the caller gets the error, the process goes on', async () => {
+    const tusk = db.another({ connectionString: gate.url });
+    const pool = await tusk.pool();
+    const before = new Set(gate.ports());
+    gate.hold();
+    const handed = pool.connect();
+    // the new connection's backend, started up: its last startup message is held in the gate
+    const { pid, port } = (await eventually(async () => {
+      const ports = gate.ports().filter((p) => !before.has(p));
+      const rows = await db.rows<{ pid: number; port: number }>(
+        "SELECT pid, client_port AS port FROM pg_stat_activity WHERE client_port = ANY ($1) AND state = 'idle'",
+        [ports],
+      );
+      return rows[0] ?? null;
+    })) as { pid: number; port: number };
+    await db.rows('SELECT pg_terminate_backend($1)', [pid]);
+    await eventually(() => gate.closedWhileHeld(port));
+    // ReadyForQuery and the FATAL in one read: the pool hands the client out, and takes its
+    // error listener off, before the caller's code runs
+    gate.release();
+    const client = await handed;
+    await expect(client.query('SELECT 1')).rejects.toThrow(/not queryable|terminat/);
+    client.release(true);
+    expect((await pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+    await tusk.close();
+  });
+});

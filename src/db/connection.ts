@@ -26,7 +26,7 @@ export interface Database {
 export async function openDatabase(options: ConnectionOptions, log: Logger): Promise<Database> {
   if (options.pool) {
     const pool = options.pool;
-    pool.on('error', (error) => log.warn({ err: error }, 'idle database connection failed'));
+    watchErrors(pool, log);
     return { pool, clientConfig: pool.options, embedded: null, close: async () => {} };
   }
   let connectionString = options.connectionString ?? process.env.DATABASE_URL;
@@ -41,8 +41,7 @@ export async function openDatabase(options: ConnectionOptions, log: Logger): Pro
   }
   const clientConfig: pg.ClientConfig = { connectionString, application_name: 'tusk' };
   const pool = new pg.Pool({ ...clientConfig, max: options.maxConnections ?? 10 });
-  // An idle client can fail (server restart, pg_terminate_backend): log it, never crash.
-  pool.on('error', (error) => log.warn({ err: error }, 'idle database connection failed'));
+  watchErrors(pool, log);
   return {
     pool,
     clientConfig,
@@ -52,4 +51,17 @@ export async function openDatabase(options: ConnectionOptions, log: Logger): Pro
       await embedded?.stop();
     },
   };
+}
+
+/** A connection that fails (server restart, pg_terminate_backend) is logged, never thrown. */
+function watchErrors(pool: pg.Pool, log: Logger): void {
+  // an idle one: the pool drops it
+  pool.on('error', (error) => log.warn({ err: error }, 'idle database connection failed'));
+  // One handed out has no pool listener, and one handed out by pool.connect() none of the
+  // caller's before the caller's code runs: a FATAL read with the last startup message (a
+  // backend terminated as it started) was thrown and ended the process. The failure also
+  // fails the client's query or its next one, and the pool drops it when it comes back.
+  pool.on('connect', (client) =>
+    client.on('error', (error) => log.debug({ err: error }, 'database connection failed while in use')),
+  );
 }
