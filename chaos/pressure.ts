@@ -5,7 +5,7 @@
 // tuples, backlog, what Tusk's connections waited on; and at the end of each phase, per
 // relation the claim and completion touch, its rows, dead tuples and sizes (bloat seen,
 // not inferred).
-import { cpus } from 'node:os';
+import { cpus, setPriority } from 'node:os';
 import pg from 'pg';
 import { renderTable } from '../src/cli/table.js';
 import { startEmbedded } from '../src/db/embedded.js';
@@ -79,10 +79,14 @@ export interface PressureReport {
   phases: PhaseResult[];
   /** What the REPEATABLE READ sessions did: their scans take CPU the workers need. */
   scanners: ScannerLoad | null;
+  /** The same sessions at nice 19 (the control): their snapshots and reads, not their CPU. */
+  nicedScanners: ScannerLoad | null;
 }
 
 export interface ScannerLoad {
   sessions: number;
+  /** Sessions whose backend was set to nice 19 (the control only). */
+  niced: number;
   scans: number;
   /** Mean time of one scan (the jobs count and the history's last 10 minutes), ms. */
   meanScanMs: number;
@@ -137,6 +141,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
   const failures: string[] = [];
   const phases: PhaseResult[] = [];
   let scanners: ScannerLoad | null = null;
+  let nicedScanners: ScannerLoad | null = null;
   let stopSampling = () => {};
   try {
     say('pressure · setting up');
@@ -243,48 +248,30 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
 
     // 2. four REPEATABLE READ sessions scanning Tusk's tables over and over
     {
-      let scanning = true;
-      let scanMs = 0;
-      let scanCount = 0;
-      const scans = Array.from({ length: 4 }, async () => {
-        const c = new pg.Client({ connectionString: url, application_name: 'pressure-analytics' });
-        await c.connect();
-        try {
-          while (scanning) {
-            await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
-            const t = Date.now();
-            await c.query(`SELECT tenant, state, count(*) FROM "${o.schema}".jobs GROUP BY 1, 2`);
-            await c.query(
-              `SELECT tenant, state, count(*), avg(wait_ms), max(run_ms) FROM "${o.schema}".job_history
-               WHERE finished_at > now() - interval '10 minutes' GROUP BY 1, 2`,
-            );
-            if (scanning) {
-              scanMs += Date.now() - t;
-              scanCount++;
-            }
-            await c.query('SELECT pg_sleep(1)');
-            await c.query('COMMIT');
-          }
-        } finally {
-          await c.end();
-        }
-      });
+      const scans = startScanners(url, o.schema, false);
       const w = await run(o.phaseMs);
       const r = await measure('4 REPEATABLE READ scanners', w);
-      scanners = {
-        sessions: 4,
-        scans: scanCount,
-        meanScanMs: scanCount ? scanMs / scanCount : 0,
-        busy: scanMs / (w.to - w.from),
-      };
+      scanners = await scans.stop(w);
       if (r.startedPerSec < GOALS.scannersShare * clean.startedPerSec) {
         failures.push(
           `REPEATABLE READ scanners: ${Math.round(r.startedPerSec)} jobs/s, ${percentOf(r, clean)} of clean (goal ≥ 90 %)`,
         );
       }
-      scanning = false;
-      await Promise.all(scans);
       await recover('REPEATABLE READ scanners');
+    }
+
+    // 2b. The control: the same sessions with their backends at nice 19. Their snapshots pin
+    //     the horizon and their scans read the same rows, but they get only the CPU the
+    //     queue leaves: what the queue then loses is what the snapshots cost it, not the CPU.
+    {
+      const scans = startScanners(url, o.schema, true);
+      const w = await run(o.phaseMs);
+      const r = await measure('4 REPEATABLE READ scanners at nice 19 (control)', w);
+      nicedScanners = await scans.stop(w);
+      if (nicedScanners.niced < nicedScanners.sessions) {
+        r.phase += ` (${nicedScanners.niced} of ${nicedScanners.sessions} reniced: not allowed)`;
+      }
+      await recover('scanners at nice 19');
     }
 
     // 3. 1.5× overload, then back to the steady rate: the backlog must drain
@@ -330,7 +317,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
         `worker ${w.pid} exited (${w.exitCode ?? w.exitSignal}), its last lines:\n${w.log.slice(-120).join('\n')}`,
       );
     }
-    return { ok: failures.length === 0, failures, capacity, rate, phases, scanners };
+    return { ok: failures.length === 0, failures, capacity, rate, phases, scanners, nicedScanners };
   } finally {
     stopSampling();
     await fleet.stopAll(10_000).catch(() => {});
@@ -576,13 +563,18 @@ export function renderPressure(r: PressureReport, o: PressureOptions): string {
       'Recovered: time until a 5 s window is back to the clean figures (rate ≥ 95 % of the producer, p99 ≤ 2× clean, rows ≤ 2× clean).',
     `Goals: pinned horizon ≥ ${GOALS.pinnedShare * 100} % of clean with p99 ≤ 1 s; REPEATABLE READ scanners ≥ ` +
       `${GOALS.scannersShare * 100} %; back to clean within 30 s after each stress; no worker exits.`,
-    ...(r.scanners
-      ? [
-          `REPEATABLE READ scanners: ${r.scanners.sessions} sessions, ${r.scanners.scans} scans of ` +
-            `${(r.scanners.meanScanMs / 1000).toFixed(1)} s on average (the jobs count and the history's last 10 minutes), ` +
-            `busy ${r.scanners.busy.toFixed(1)} sessions on average, on a machine of ${cpus().length} CPUs.`,
-        ]
-      : []),
+    ...[
+      ['REPEATABLE READ scanners', r.scanners],
+      ['The control, at nice 19', r.nicedScanners],
+    ].flatMap(([label, x]) =>
+      x && typeof x === 'object'
+        ? [
+            `${label}: ${x.sessions} sessions, ${x.scans} scans of ${(x.meanScanMs / 1000).toFixed(1)} s on average ` +
+              `(the jobs count and the history's last 10 minutes), busy ${x.busy.toFixed(1)} sessions on average, ` +
+              `on a machine of ${cpus().length} CPUs.`,
+          ]
+        : [],
+    ),
     '',
     'Relations the claim and completion touch, at the end of each phase (pg_stat_user_tables; sizes: pg_relation_size, pg_indexes_size):',
     renderTable(
@@ -599,3 +591,60 @@ export function renderPressure(r: PressureReport, o: PressureOptions): string {
 const bound = (ms: number) => (Number.isFinite(ms) ? `≤ ${ms}` : `> ${BOUNDS.at(-2)}`);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Four REPEATABLE READ sessions, each scanning Tusk's tables in a transaction of its own
+ * over and over (then a second's sleep); with `nice`, their backends at nice 19.
+ */
+function startScanners(url: string, schema: string, nice: boolean) {
+  let scanning = true;
+  let scanMs = 0;
+  let scanCount = 0;
+  let niced = 0;
+  const sessions = Array.from({ length: 4 }, async () => {
+    const c = new pg.Client({ connectionString: url, application_name: 'pressure-analytics' });
+    await c.connect();
+    try {
+      if (nice) {
+        const { rows } = await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+        try {
+          setPriority(rows[0]?.pid as number, 19);
+          niced++;
+        } catch {
+          // another user's server, without the right to renice it: the phase says so
+        }
+      }
+      while (scanning) {
+        await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+        const t = Date.now();
+        await c.query(`SELECT tenant, state, count(*) FROM "${schema}".jobs GROUP BY 1, 2`);
+        await c.query(
+          `SELECT tenant, state, count(*), avg(wait_ms), max(run_ms) FROM "${schema}".job_history
+           WHERE finished_at > now() - interval '10 minutes' GROUP BY 1, 2`,
+        );
+        if (scanning) {
+          scanMs += Date.now() - t;
+          scanCount++;
+        }
+        await c.query('SELECT pg_sleep(1)');
+        await c.query('COMMIT');
+      }
+    } finally {
+      await c.end();
+    }
+  });
+  return {
+    /** Ends the scans; what they did in the window `w`. */
+    async stop(w: Window): Promise<ScannerLoad> {
+      scanning = false;
+      await Promise.all(sessions);
+      return {
+        sessions: sessions.length,
+        niced,
+        scans: scanCount,
+        meanScanMs: scanCount ? scanMs / scanCount : 0,
+        busy: scanMs / (w.to - w.from),
+      };
+    },
+  };
+}
