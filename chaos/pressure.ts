@@ -5,7 +5,7 @@
 // tuples, backlog, what Tusk's connections waited on; and at the end of each phase, per
 // relation the claim and completion touch, its rows, dead tuples and sizes (bloat seen,
 // not inferred).
-import { cpus, setPriority } from 'node:os';
+import { cpus } from 'node:os';
 import pg from 'pg';
 import { renderTable } from '../src/cli/table.js';
 import { startEmbedded } from '../src/db/embedded.js';
@@ -68,6 +68,13 @@ export interface RelationState {
   indexMb: number;
 }
 
+/**
+ * The server's settings: PostgreSQL's defaults, and room for the 300 idle connections.
+ * (The scanners' phase measured with 128 MB, 256 MB and 1 GB of shared buffers: see
+ * docs/design/storage.md.)
+ */
+const SERVER_SETTINGS = { max_connections: '500' };
+
 /** Goals of the run: share of the clean rate under each stress, and the recovery bound. */
 const GOALS = { pinnedShare: 0.9, pinnedP99Ms: 1000, scannersShare: 0.9, recoveryMs: 30_000 };
 
@@ -77,16 +84,14 @@ export interface PressureReport {
   capacity: number;
   rate: number;
   phases: PhaseResult[];
-  /** What the REPEATABLE READ sessions did: their scans take CPU the workers need. */
+  /** What the REPEATABLE READ sessions did. */
   scanners: ScannerLoad | null;
-  /** The same sessions at nice 19 (the control): their snapshots and reads, not their CPU. */
-  nicedScanners: ScannerLoad | null;
+  /** The server's version and the settings that shape the run. */
+  server: string;
 }
 
 export interface ScannerLoad {
   sessions: number;
-  /** Sessions whose backend was set to nice 19 (the control only). */
-  niced: number;
   scans: number;
   /** Mean time of one scan (the jobs count and the history's last 10 minutes), ms. */
   meanScanMs: number;
@@ -97,10 +102,10 @@ export interface ScannerLoad {
 export async function runPressure(o: PressureOptions): Promise<PressureReport> {
   const say = o.progress ?? (() => {});
   // a server of its own, started with room for the 300 idle connections
-  let server = await startEmbedded({ dir: o.dir, settings: { max_connections: '500' } });
+  let server = await startEmbedded({ dir: o.dir, settings: SERVER_SETTINGS });
   if (!server.started) {
     await server.stop();
-    server = await startEmbedded({ dir: o.dir, settings: { max_connections: '500' } });
+    server = await startEmbedded({ dir: o.dir, settings: SERVER_SETTINGS });
   }
   const url = server.connectionString;
   const observer = new pg.Pool({ connectionString: url, max: 2, application_name: 'pressure-observer' });
@@ -141,12 +146,20 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
   const failures: string[] = [];
   const phases: PhaseResult[] = [];
   let scanners: ScannerLoad | null = null;
-  let nicedScanners: ScannerLoad | null = null;
+  let serverLine = '';
   let stopSampling = () => {};
   try {
     say('pressure · setting up');
     await dropSchema(observer, o.schema);
     await producer.migrate();
+    serverLine = (
+      await q(
+        `SELECT format('PostgreSQL %s (embedded); shared_buffers %s, work_mem %s, maintenance_work_mem %s, data checksums %s, synchronous_commit %s',
+                current_setting('server_version'), current_setting('shared_buffers'), current_setting('work_mem'),
+                current_setting('maintenance_work_mem'), current_setting('data_checksums'),
+                current_setting('synchronous_commit')) AS s`,
+      )
+    ).rows[0]?.s;
     for (let slot = 0; slot < o.workers; slot++) fleet.start(slot);
     stopSampling = sample(q, o.schema, samples);
     await sleep(2000);
@@ -248,7 +261,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
 
     // 2. four REPEATABLE READ sessions scanning Tusk's tables over and over
     {
-      const scans = startScanners(url, o.schema, false);
+      const scans = startScanners(url, o.schema);
       const w = await run(o.phaseMs);
       const r = await measure('4 REPEATABLE READ scanners', w);
       scanners = await scans.stop(w);
@@ -258,20 +271,6 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
         );
       }
       await recover('REPEATABLE READ scanners');
-    }
-
-    // 2b. The control: the same sessions with their backends at nice 19. Their snapshots pin
-    //     the horizon and their scans read the same rows, but they get only the CPU the
-    //     queue leaves: what the queue then loses is what the snapshots cost it, not the CPU.
-    {
-      const scans = startScanners(url, o.schema, true);
-      const w = await run(o.phaseMs);
-      const r = await measure('4 REPEATABLE READ scanners at nice 19 (control)', w);
-      nicedScanners = await scans.stop(w);
-      if (nicedScanners.niced < nicedScanners.sessions) {
-        r.phase += ` (${nicedScanners.niced} of ${nicedScanners.sessions} reniced: not allowed)`;
-      }
-      await recover('scanners at nice 19');
     }
 
     // 3. 1.5× overload, then back to the steady rate: the backlog must drain
@@ -317,7 +316,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
         `worker ${w.pid} exited (${w.exitCode ?? w.exitSignal}), its last lines:\n${w.log.slice(-120).join('\n')}`,
       );
     }
-    return { ok: failures.length === 0, failures, capacity, rate, phases, scanners, nicedScanners };
+    return { ok: failures.length === 0, failures, capacity, rate, phases, scanners, server: serverLine };
   } finally {
     stopSampling();
     await fleet.stopAll(10_000).catch(() => {});
@@ -529,6 +528,7 @@ export function renderPressure(r: PressureReport, o: PressureOptions): string {
   return [
     `Pressure: ${o.workers} worker processes × ${o.concurrency} (defaults otherwise), no-op jobs over ${TENANTS} tenants; ` +
       `capacity ${Math.round(r.capacity)} jobs/s, steady producer at ${r.rate} jobs/s (70 %)`,
+    `Server: ${r.server}`,
     '',
     renderTable(
       [
@@ -563,18 +563,13 @@ export function renderPressure(r: PressureReport, o: PressureOptions): string {
       'Recovered: time until a 5 s window is back to the clean figures (rate ≥ 95 % of the producer, p99 ≤ 2× clean, rows ≤ 2× clean).',
     `Goals: pinned horizon ≥ ${GOALS.pinnedShare * 100} % of clean with p99 ≤ 1 s; REPEATABLE READ scanners ≥ ` +
       `${GOALS.scannersShare * 100} %; back to clean within 30 s after each stress; no worker exits.`,
-    ...[
-      ['REPEATABLE READ scanners', r.scanners],
-      ['The control, at nice 19', r.nicedScanners],
-    ].flatMap(([label, x]) =>
-      x && typeof x === 'object'
-        ? [
-            `${label}: ${x.sessions} sessions, ${x.scans} scans of ${(x.meanScanMs / 1000).toFixed(1)} s on average ` +
-              `(the jobs count and the history's last 10 minutes), busy ${x.busy.toFixed(1)} sessions on average, ` +
-              `on a machine of ${cpus().length} CPUs.`,
-          ]
-        : [],
-    ),
+    ...(r.scanners
+      ? [
+          `REPEATABLE READ scanners: ${r.scanners.sessions} sessions, ${r.scanners.scans} scans of ` +
+            `${(r.scanners.meanScanMs / 1000).toFixed(1)} s on average (the jobs count and the history's last 10 minutes), ` +
+            `busy ${r.scanners.busy.toFixed(1)} sessions on average, on a machine of ${cpus().length} CPUs.`,
+        ]
+      : []),
     '',
     'Relations the claim and completion touch, at the end of each phase (pg_stat_user_tables; sizes: pg_relation_size, pg_indexes_size):',
     renderTable(
@@ -594,26 +589,16 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
  * Four REPEATABLE READ sessions, each scanning Tusk's tables in a transaction of its own
- * over and over (then a second's sleep); with `nice`, their backends at nice 19.
+ * over and over (then a second's sleep).
  */
-function startScanners(url: string, schema: string, nice: boolean) {
+function startScanners(url: string, schema: string) {
   let scanning = true;
   let scanMs = 0;
   let scanCount = 0;
-  let niced = 0;
   const sessions = Array.from({ length: 4 }, async () => {
     const c = new pg.Client({ connectionString: url, application_name: 'pressure-analytics' });
     await c.connect();
     try {
-      if (nice) {
-        const { rows } = await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-        try {
-          setPriority(rows[0]?.pid as number, 19);
-          niced++;
-        } catch {
-          // another user's server, without the right to renice it: the phase says so
-        }
-      }
       while (scanning) {
         await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
         const t = Date.now();
@@ -640,7 +625,6 @@ function startScanners(url: string, schema: string, nice: boolean) {
       await Promise.all(sessions);
       return {
         sessions: sessions.length,
-        niced,
         scans: scanCount,
         meanScanMs: scanCount ? scanMs / scanCount : 0,
         busy: scanMs / (w.to - w.from),
