@@ -792,3 +792,24 @@ async function scrape(): Promise<Map<string, number>> {
   }
   return values;
 }
+
+describe('HTTP server connections', () => {
+  it('an idle connection of its read pool terminated (pg_terminate_backend): logged, the next request served', async () => {
+    const fresh = await createServer(db.another(), { adminToken: ADMIN });
+    const up = await fresh.listen({ port: 0 });
+    try {
+      const workers = () => fetch(`${up.url}/api/workers`, { headers: { authorization: `Bearer ${ADMIN}` } });
+      // a route that reads through the read pool alone: its connection then waits, idle
+      expect((await workers()).status).toBe(200);
+      const killed = await db.rows<{ ok: boolean }>(
+        `SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
+         WHERE application_name = 'tusk http reads' AND state = 'idle' AND query LIKE '%' || $1 || '%'`,
+        [db.schema],
+      );
+      expect(killed.length).toBeGreaterThan(0);
+      await eventually(async () => (await workers()).status === 200);
+    } finally {
+      await up.close();
+    }
+  });
+});

@@ -51,9 +51,10 @@ type RedisCtor = new (url: string, options: Record<string, unknown>) => RedisCli
 
 /**
  * A sink that adds staged jobs to BullMQ queues on Redis, in staging order, one
- * `addBulk` (a Redis MULTI) per queue and batch. bullmq and ioredis are loaded when the
- * drainer starts, which also connects (optional peer dependencies). While Redis is unreachable, sending
- * fails at once (no offline queue) and the drainer retries with backoff; rows stay staged.
+ * `addBulk` (a Redis MULTI) per queue and batch. bullmq and ioredis (optional peer
+ * dependencies) are loaded, and Redis connected, when the drainer starts. While Redis is
+ * unreachable, sending fails at once (no offline queue) and the drainer retries with
+ * backoff; rows stay staged.
  *
  * @example
  * const drainer = tusk.drainer({ sink: bullmqSink({ connection: 'redis://127.0.0.1:6379', idempotent: true }) });
@@ -100,7 +101,10 @@ export function bullmqSink(options: BullMQSinkOptions = {}): Sink {
     return queue;
   };
 
-  /** The client, once connected or failed to (a first connection may still be on its way). */
+  /**
+   * The client, once its first connection is made or has failed (waited for, up to
+   * CONNECT_WAIT_MS); a connection lost later is not waited for: sends fail at once.
+   */
   const connected = async (): Promise<RedisClientLike> => {
     redis ??= connect().catch((error: unknown) => {
       redis = null;

@@ -175,8 +175,9 @@ export class Drainer {
       this.#host.forget(this);
       throw error;
     }
-    await this.#sink
-      .open?.()
+    // (a sink written in plain JavaScript may open synchronously, or throw)
+    await Promise.resolve()
+      .then(() => this.#sink.open?.())
       .catch((error: unknown) =>
         this.#host.log.warn(
           { err: error },

@@ -64,7 +64,6 @@ export class ServerPools {
       const make = (name: string, max: number, extra: pg.PoolConfig = {}) => {
         // the app's settings, without what makes its pool its own
         const { max: _max, application_name: _name, ...settings } = base as pg.PoolConfig;
-        // (the Tusk made on it logs its idle connections' errors)
         return new pg.Pool({ ...settings, ...extra, max, application_name: name, allowExitOnIdle: true });
       };
       const reads = make('tusk http reads', this.#sizes.reads, { statement_timeout: this.#sizes.readTimeoutMs });
@@ -76,7 +75,11 @@ export class ServerPools {
           logger: this.#tusk.logger,
           maxPayloadBytes: this.#tusk.maxPayloadBytes,
         });
-      return { reads, reader: on(reads), leases: on(leasePool), leasePool };
+      const pools = { reads, reader: on(reads), leases: on(leasePool), leasePool };
+      // each Tusk adds its pool's error listeners as it opens: open them now, since some
+      // routes use the pools directly (an idle connection terminated unheard ended the server)
+      await Promise.all([pools.reader.pool(), pools.leases.pool()]);
+      return pools;
     })().catch((error) => {
       this.#open = null;
       throw error;
