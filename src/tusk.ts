@@ -81,7 +81,12 @@ import { Worker, type WorkerHost } from './worker/worker.js';
 export interface TuskOptions<L extends TaskList = TaskList> {
   /** `postgres://...`. Default `DATABASE_URL`; with neither (and no pool), an embedded server. */
   connectionString?: string;
-  /** Use this pool instead of creating one (Tusk will not end it). */
+  /**
+   * Use this pool instead of creating one (Tusk will not end it). Until `close()`, Tusk
+   * listens to its errors and to those of each client it creates, so that a connection
+   * that fails is logged (debug for a client in use) and fails its query rather than
+   * ending the process with an unheard `error` event.
+   */
   pool?: pg.Pool;
   /** Schema holding Tusk's tables. Default `TUSK_SCHEMA` or `tusk`. */
   schema?: string;

@@ -54,8 +54,8 @@ it('drainers killed with SIGKILL mid-batch: every staged job reaches BullMQ at l
     '--progress-ms',
     '0',
   ];
-  // a send that fails (one that outlasts --send-timeout-ms on a loaded machine) leaves its
-  // batch staged, sent again after a backoff: a duplicate as much as a kill's, so counted
+  // a send that fails leaves its batch staged, sent again after a backoff: a duplicate as
+  // much as a kill's, so counted (on a loaded machine: sends that outlast --send-timeout-ms)
   const failedSends: string[] = [];
   const start = () => {
     const child = spawn(process.execPath, [CLI, ...args], {

@@ -253,6 +253,31 @@ describe('drainer', () => {
     expect(warnings).toEqual(['drainer: opening opened failed (no route); its sends connect again']);
   });
 
+  it('stopped while its sink opens: it starts nothing, and leaves no connection behind', async () => {
+    let opened = () => {};
+    let opening = false;
+    const slow: Sink = {
+      name: 'slow to open',
+      open: () =>
+        new Promise<void>((resolve) => {
+          opening = true;
+          opened = resolve;
+        }),
+      async send() {},
+    };
+    const drainer = db.tusk.drainer({ sink: slow });
+    const started = drainer.start();
+    await eventually(() => opening);
+    await drainer.stop();
+    opened();
+    await started;
+    expect(drainer.state).toBe('stopped');
+    const sessions = await db.rows('SELECT 1 FROM pg_stat_activity WHERE application_name = $1', [
+      `tusk drainer pid=${process.pid}`,
+    ]);
+    expect(sessions).toEqual([]);
+  });
+
   it('one active drainer per schema: the others stand by and take over when it stops or dies', async () => {
     const seen: Record<string, number> = { a: 0, b: 0 };
     const counting = (label: string): Sink => ({

@@ -7,6 +7,33 @@ interface Pair {
   port: number | undefined;
   /** What the server sent while held, not passed on yet (null: it closed). */
   held: Array<Buffer | null>;
+  /** Held from its first ReadyForQuery on (see holdNewFromReady). */
+  holdAtReady: boolean;
+  /** Where the server's message stream stands: bytes of a message still to skip, or a header in part. */
+  parse: { skip: number; header: number[] };
+}
+
+/** Whether `chunk`, the next bytes of a server's stream, holds a ReadyForQuery message. */
+function readyIn(chunk: Buffer, state: Pair['parse']): boolean {
+  let found = false;
+  for (let i = 0; i < chunk.length; ) {
+    if (state.skip > 0) {
+      const n = Math.min(state.skip, chunk.length - i);
+      state.skip -= n;
+      i += n;
+      continue;
+    }
+    state.header.push(chunk[i] as number);
+    i++;
+    if (state.header.length === 5) {
+      // a type byte, then the length of the rest, itself included
+      const [type, a, b, c, d] = state.header as [number, number, number, number, number];
+      if (type === 0x5a) found = true; // 'Z'
+      state.skip = ((a << 24) | (b << 16) | (c << 8) | d) - 4;
+      state.header = [];
+    }
+  }
+  return found;
 }
 
 /**
@@ -21,6 +48,7 @@ export class Gate {
   readonly #pairs = new Set<Pair>();
   #open = true;
   #holding = false;
+  #holdNewAtReady = false;
   /** Connections closed at once while cut: the clients' attempts to come back. */
   refused = 0;
 
@@ -71,11 +99,23 @@ export class Gate {
     this.#holding = true;
   }
 
+  /**
+   * The connections made from now on pass their startup (authentication included) and
+   * are held from the server's first ReadyForQuery on, until `release`.
+   */
+  holdNewFromReady(): void {
+    this.#holdNewAtReady = true;
+  }
+
   /** Passes on what was held: on the connection from `port` only, or on all (and stops holding). */
   release(port?: number): void {
-    if (port === undefined) this.#holding = false;
+    if (port === undefined) {
+      this.#holding = false;
+      this.#holdNewAtReady = false;
+    }
     for (const pair of this.#pairs) {
       if (port !== undefined && pair.port !== port) continue;
+      pair.holdAtReady = false;
       // in one write, so read at once: a message and the one after it reach the client together
       const held = pair.held.splice(0);
       const data = held.filter((chunk): chunk is Buffer => chunk !== null);
@@ -101,13 +141,21 @@ export class Gate {
       return;
     }
     const server = net.connect(Number(this.#target.port || 5432), this.#target.hostname);
-    const pair: Pair = { client, server, port: undefined, held: [] };
+    const pair: Pair = {
+      client,
+      server,
+      port: undefined,
+      held: [],
+      holdAtReady: this.#holdNewAtReady,
+      parse: { skip: 0, header: [] },
+    };
     this.#pairs.add(pair);
     server.on('connect', () => {
       pair.port = server.localPort;
     });
     const pass = (chunk: Buffer | null) => {
-      if (this.#holding || pair.held.length > 0) pair.held.push(chunk);
+      const ready = pair.holdAtReady && chunk !== null && pair.held.length === 0 && readyIn(chunk, pair.parse);
+      if (this.#holding || ready || pair.held.length > 0) pair.held.push(chunk);
       else if (chunk) client.write(chunk);
       else client.destroy();
     };

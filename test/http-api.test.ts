@@ -794,7 +794,7 @@ async function scrape(): Promise<Map<string, number>> {
 }
 
 describe('HTTP server connections', () => {
-  it('an idle connection of its read pool terminated (pg_terminate_backend): logged, the next request served', async () => {
+  it('an idle connection of its read pool terminated (pg_terminate_backend): the server goes on, the next request is served', async () => {
     const fresh = await createServer(db.another(), { adminToken: ADMIN });
     const up = await fresh.listen({ port: 0 });
     try {

@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Tusk } from '../src/index.js';
 import { Gate } from './gate.js';
@@ -275,13 +276,16 @@ describe('a worker cut off from the database', () => {
 });
 
 describe('a connection terminated as it starts', () => {
-  it('handed out by pool.connect() with the FATAL in the same read as its startup: the caller gets the error, the process goes on', async () => {
-    const tusk = db.another({ connectionString: gate.url });
-    const pool = await tusk.pool();
+  /**
+   * A new connection of `pool` handed out by pool.connect() with the FATAL in the same read
+   * as its last startup message: the pool hands the client out, and takes its own error
+   * listener off, before the caller's code runs. Resolves with the client.
+   */
+  async function terminatedAsItStarts(pool: pg.Pool): Promise<pg.PoolClient> {
     const before = new Set(gate.ports());
-    gate.hold();
+    gate.holdNewFromReady();
     const handed = pool.connect();
-    // the new connection's backend, started up: its last startup message is held in the gate
+    // the new connection's backend, started up: its ReadyForQuery is held in the gate
     const { pid, port } = (await eventually(async () => {
       const ports = gate.ports().filter((p) => !before.has(p));
       const rows = await db.rows<{ pid: number; port: number }>(
@@ -292,13 +296,29 @@ describe('a connection terminated as it starts', () => {
     })) as { pid: number; port: number };
     await db.rows('SELECT pg_terminate_backend($1)', [pid]);
     await eventually(() => gate.closedWhileHeld(port));
-    // ReadyForQuery and the FATAL in one read: the pool hands the client out, and takes its
-    // error listener off, before the caller's code runs
-    gate.release();
-    const client = await handed;
+    gate.release(); // ReadyForQuery and the FATAL in one read
+    return handed;
+  }
+
+  it('handed out by pool.connect() with the FATAL in the same read as its startup: the caller gets the error, the process goes on', async () => {
+    const tusk = db.another({ connectionString: gate.url });
+    const pool = await tusk.pool();
+    const client = await terminatedAsItStarts(pool);
     await expect(client.query('SELECT 1')).rejects.toThrow(/not queryable|terminat/);
     client.release(true);
     expect((await pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
     await tusk.close();
+  });
+
+  it("the same on the app's own pool, while a Tusk uses it; its listeners go with close()", async () => {
+    const pool = new pg.Pool({ connectionString: gate.url, max: 2 });
+    const tusk = db.another({ pool });
+    await tusk.pool();
+    const client = await terminatedAsItStarts(pool);
+    await expect(client.query('SELECT 1')).rejects.toThrow(/not queryable|terminat/);
+    client.release(true);
+    await tusk.close();
+    expect([pool.listenerCount('error'), pool.listenerCount('connect')]).toEqual([0, 0]);
+    await pool.end();
   });
 });

@@ -26,8 +26,8 @@ export interface Database {
 export async function openDatabase(options: ConnectionOptions, log: Logger): Promise<Database> {
   if (options.pool) {
     const pool = options.pool;
-    watchErrors(pool, log);
-    return { pool, clientConfig: pool.options, embedded: null, close: async () => {} };
+    const unwatch = watchErrors(pool, log);
+    return { pool, clientConfig: pool.options, embedded: null, close: async () => unwatch() };
   }
   let connectionString = options.connectionString ?? process.env.DATABASE_URL;
   let embedded: EmbeddedServer | null = null;
@@ -53,15 +53,23 @@ export async function openDatabase(options: ConnectionOptions, log: Logger): Pro
   };
 }
 
-/** A connection that fails (server restart, pg_terminate_backend) is logged, never thrown. */
-function watchErrors(pool: pg.Pool, log: Logger): void {
+/**
+ * A connection that fails (server restart, pg_terminate_backend) is logged, never thrown;
+ * returns what takes the listeners off again (a pool of the app's outlives its Tusk).
+ */
+function watchErrors(pool: pg.Pool, log: Logger): () => void {
   // an idle one: the pool drops it
-  pool.on('error', (error) => log.warn({ err: error }, 'idle database connection failed'));
+  const idle = (error: Error) => log.warn({ err: error }, 'idle database connection failed');
   // One handed out has no pool listener, and one handed out by pool.connect() none of the
   // caller's before the caller's code runs: a FATAL read with the last startup message (a
   // backend terminated as it started) was thrown and ended the process. The failure also
   // fails the client's query or its next one, and the pool drops it when it comes back.
-  pool.on('connect', (client) =>
-    client.on('error', (error) => log.debug({ err: error }, 'database connection failed while in use')),
-  );
+  const failed = (error: Error) => log.debug({ err: error }, 'database connection failed');
+  const created = (client: pg.PoolClient) => client.on('error', failed);
+  pool.on('error', idle);
+  pool.on('connect', created);
+  return () => {
+    pool.off('error', idle);
+    pool.off('connect', created);
+  };
 }

@@ -184,6 +184,8 @@ export class Drainer {
           `drainer: opening ${this.#sink.name} failed (${(error as Error)?.message}); its sends connect again`,
         ),
       );
+    // stopped while it connected or opened its sink: nothing to start (stop() did the rest)
+    if (this.#state !== 'standby') return;
     const channel = `${this.#host.schema}:staged`;
     this.#listener = new Listener({
       label: 'drainer',
