@@ -243,27 +243,33 @@ END $_$;
 --
 
 CREATE FUNCTION tusk.arrivals_before(p_xmax xid8, p_xip xid8[], p_priority smallint, p_id bigint) RETURNS TABLE(id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8, expires_at timestamp with time zone)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
     SET max_parallel_workers_per_gather TO '0'
     AS $$
+#variable_conflict use_column
+BEGIN
   -- two ranges, not an OR: each is an index condition whatever the estimates
+  RETURN QUERY
   SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
   WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid >= p_xmax
     AND (j.priority, j.id) <= (p_priority, p_id)
   UNION ALL
   SELECT j.id, j.ctid, j.queue, j.tenant, j.priority, j.avail_xid, j.expires_at FROM "tusk".jobs j
   WHERE j.state IS NOT DISTINCT FROM 'available' AND j.avail_xid IS NOT NULL AND j.avail_xid = ANY (p_xip)
-    AND (p_xmax IS NULL OR j.avail_xid < p_xmax) AND (j.priority, j.id) <= (p_priority, p_id)
-$$;
+    AND (p_xmax IS NULL OR j.avail_xid < p_xmax) AND (j.priority, j.id) <= (p_priority, p_id);
+END $$;
 
 --
 -- Name: arrivals_behind(text[], text[], smallint[], bigint[], pg_snapshot[]); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
 CREATE FUNCTION tusk.arrivals_behind(p_queues text[], p_tenants text[], p_priorities smallint[], p_ids bigint[], p_snaps pg_snapshot[]) RETURNS TABLE(id bigint, tid tid, queue text, tenant text, priority smallint, expires_at timestamp with time zone)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY
   WITH m AS MATERIALIZED (
     SELECT q.queue, q.tenant, q.priority, q.id, pg_snapshot_xmax(q.snap) AS xmax,
            ARRAY(SELECT pg_snapshot_xip(q.snap)) AS xip
@@ -276,8 +282,8 @@ CREATE FUNCTION tusk.arrivals_behind(p_queues text[], p_tenants text[], p_priori
   WHERE EXISTS (SELECT 1 FROM m
                 WHERE m.queue = a.queue AND m.tenant = a.tenant
                   AND (a.avail_xid >= m.xmax OR a.avail_xid = ANY (m.xip))
-                  AND (a.priority, a.id) <= (m.priority, m.id))
-$$;
+                  AND (a.priority, a.id) <= (m.priority, m.id));
+END $$;
 
 --
 -- Name: arrivals_lock(); Type: FUNCTION; Schema: tusk; Owner: -
@@ -292,10 +298,11 @@ CREATE FUNCTION tusk.arrivals_lock() RETURNS integer
 --
 
 CREATE FUNCTION tusk.arrivals_since(p_xmax xid8, p_xip xid8[]) RETURNS TABLE(id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8, expires_at timestamp with time zone)
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-  SELECT * FROM "tusk".arrivals_before(p_xmax, p_xip, 32767::smallint, 9223372036854775807)
-$$;
+BEGIN
+  RETURN QUERY SELECT * FROM "tusk".arrivals_before(p_xmax, p_xip, 32767::smallint, 9223372036854775807);
+END $$;
 
 --
 -- Name: arrived_pairs(); Type: FUNCTION; Schema: tusk; Owner: -
@@ -1545,38 +1552,43 @@ END $$;
 --
 
 CREATE FUNCTION tusk.key_lanes(p_queue text, p_tenant text) RETURNS tusk.lane[]
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-  WITH RECURSIVE k AS (
-    (SELECT j.concurrency_key FROM "tusk".jobs j
-      WHERE j.state = 'available' AND j.queue = p_queue AND j.tenant = p_tenant
-      ORDER BY j.concurrency_key LIMIT 1)
-    UNION ALL
-    SELECT n.concurrency_key FROM k CROSS JOIN LATERAL (
-      SELECT j.concurrency_key FROM "tusk".jobs j
-      WHERE j.state = 'available' AND j.queue = p_queue AND j.tenant = p_tenant
-        AND j.concurrency_key > k.concurrency_key
-      ORDER BY j.concurrency_key LIMIT 1) n
-  )
-  SELECT array_agg(ROW(p_queue, p_tenant, k.concurrency_key)::"tusk".lane)
-  FROM (SELECT * FROM k LIMIT (SELECT c.key_lanes FROM "tusk".config c)) k
-$$;
+BEGIN
+  RETURN (
+    WITH RECURSIVE k AS (
+      (SELECT j.concurrency_key FROM "tusk".jobs j
+        WHERE j.state = 'available' AND j.queue = p_queue AND j.tenant = p_tenant
+        ORDER BY j.concurrency_key LIMIT 1)
+      UNION ALL
+      SELECT n.concurrency_key FROM k CROSS JOIN LATERAL (
+        SELECT j.concurrency_key FROM "tusk".jobs j
+        WHERE j.state = 'available' AND j.queue = p_queue AND j.tenant = p_tenant
+          AND j.concurrency_key > k.concurrency_key
+        ORDER BY j.concurrency_key LIMIT 1) n
+    )
+    SELECT array_agg(ROW(p_queue, p_tenant, k.concurrency_key)::"tusk".lane)
+    FROM (SELECT * FROM k LIMIT (SELECT c.key_lanes FROM "tusk".config c)) k);
+END $$;
 
 --
 -- Name: lane_mark(text, text); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
 CREATE FUNCTION tusk.lane_mark(p_queue text, p_tenant text, OUT priority smallint, OUT id bigint, OUT xmax xid8, OUT xip xid8[], OUT at timestamp with time zone, OUT snap pg_snapshot) RETURNS record
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
     AS $$
+#variable_conflict use_column
+BEGIN
   SELECT coalesce(m.priority, -32768), coalesce(m.id, 0), pg_snapshot_xmax(m.snap),
          coalesce(ARRAY(SELECT pg_snapshot_xip(m.snap)), '{}'), m.at, m.snap
+  INTO priority, id, xmax, xip, at, snap
   FROM (SELECT) one LEFT JOIN LATERAL (
     SELECT m.priority, m.id, m.snap, m.at FROM "tusk".lane_marks m
     WHERE m.queue = p_queue AND m.tenant = p_tenant ORDER BY m.seq DESC LIMIT 1
-  ) m ON pg_snapshot_xmax(m.snap) <= pg_snapshot_xmax(pg_current_snapshot())
-$$;
+  ) m ON pg_snapshot_xmax(m.snap) <= pg_snapshot_xmax(pg_current_snapshot());
+END $$;
 
 --
 -- Name: live_token_hashes(); Type: FUNCTION; Schema: tusk; Owner: -
@@ -1770,27 +1782,30 @@ END $$;
 --
 
 CREATE FUNCTION tusk.next_due_at() RETURNS timestamp with time zone
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-  SELECT least(
+BEGIN
+  RETURN least(
     (SELECT min(j.run_at) FROM "tusk".jobs j WHERE j.state IN ('scheduled', 'failed') AND j.waiting_on = 0),
     (SELECT to_timestamp(min((t.rate_window + 1) * t.rate_per_ms) / 1000.0) FROM "tusk".tenants t
      WHERE t.rate_limit IS NOT NULL AND t.rate_used >= t.rate_limit
-       AND t.rate_window >= "tusk".rate_window(t.rate_per_ms, now())))
-$$;
+       AND t.rate_window >= "tusk".rate_window(t.rate_per_ms, now())));
+END $$;
 
 --
 -- Name: next_due_in_ms(); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
 CREATE FUNCTION tusk.next_due_in_ms() RETURNS bigint
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
+DECLARE
+  v_at timestamptz := "tusk".next_due_at();
+BEGIN
   -- greatest() skips NULLs: nothing pending must stay NULL, not become "due now"
-  SELECT CASE WHEN d.at IS NULL THEN NULL
-              ELSE greatest(0, ceil(extract(epoch FROM d.at - clock_timestamp()) * 1000))::bigint END
-  FROM (SELECT "tusk".next_due_at() AS at) d
-$$;
+  RETURN CASE WHEN v_at IS NULL THEN NULL
+              ELSE greatest(0, ceil(extract(epoch FROM v_at - clock_timestamp()) * 1000))::bigint END;
+END $$;
 
 --
 -- Name: notify_jobs(); Type: FUNCTION; Schema: tusk; Owner: -
@@ -1821,25 +1836,27 @@ END $$;
 --
 
 CREATE FUNCTION tusk.pairs_with_work(p_pairs tusk.lane[]) RETURNS tusk.lane[]
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
     AS $$
-  WITH pairs AS MATERIALIZED (
-    SELECT p.queue, p.tenant, m.priority, m.id, m.snap
-    FROM unnest(p_pairs) p CROSS JOIN LATERAL "tusk".lane_mark(p.queue, p.tenant) m
-  ),
-  arr AS MATERIALIZED (
-    SELECT a.queue, a.tenant FROM "tusk".arrivals_behind(
-      ARRAY(SELECT p.queue FROM pairs p), ARRAY(SELECT p.tenant FROM pairs p),
-      ARRAY(SELECT p.priority FROM pairs p), ARRAY(SELECT p.id FROM pairs p),
-      ARRAY(SELECT p.snap FROM pairs p)) a
-  )
-  SELECT array_agg(ROW(p.queue, p.tenant, NULL)::"tusk".lane) FROM pairs p
-  WHERE EXISTS (SELECT 1 FROM "tusk".jobs j
-                WHERE j.state = 'available' AND j.queue = p.queue AND j.tenant = p.tenant
-                  AND (j.priority, j.id) > (p.priority, p.id))
-     OR EXISTS (SELECT 1 FROM arr a WHERE a.queue = p.queue AND a.tenant = p.tenant)
-$$;
+BEGIN
+  RETURN (
+    WITH pairs AS MATERIALIZED (
+      SELECT p.queue, p.tenant, m.priority, m.id, m.snap
+      FROM unnest(p_pairs) p CROSS JOIN LATERAL "tusk".lane_mark(p.queue, p.tenant) m
+    ),
+    arr AS MATERIALIZED (
+      SELECT a.queue, a.tenant FROM "tusk".arrivals_behind(
+        ARRAY(SELECT p.queue FROM pairs p), ARRAY(SELECT p.tenant FROM pairs p),
+        ARRAY(SELECT p.priority FROM pairs p), ARRAY(SELECT p.id FROM pairs p),
+        ARRAY(SELECT p.snap FROM pairs p)) a
+    )
+    SELECT array_agg(ROW(p.queue, p.tenant, NULL)::"tusk".lane) FROM pairs p
+    WHERE EXISTS (SELECT 1 FROM "tusk".jobs j
+                  WHERE j.state = 'available' AND j.queue = p.queue AND j.tenant = p.tenant
+                    AND (j.priority, j.id) > (p.priority, p.id))
+       OR EXISTS (SELECT 1 FROM arr a WHERE a.queue = p.queue AND a.tenant = p.tenant));
+END $$;
 
 --
 -- Name: pause_queue(text, boolean); Type: FUNCTION; Schema: tusk; Owner: -
@@ -2430,25 +2447,27 @@ CREATE FUNCTION tusk.running_lock() RETURNS integer
 --
 
 CREATE FUNCTION tusk.running_now(p_tenant text, p_key text) RETURNS integer
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-  SELECT coalesce((SELECT b.n FROM "tusk".running_base b WHERE b.tenant = p_tenant AND b.ckey = p_key), 0)
+BEGIN
+  RETURN coalesce((SELECT b.n FROM "tusk".running_base b WHERE b.tenant = p_tenant AND b.ckey = p_key), 0)
        + coalesce((SELECT sum(d.n)::integer FROM "tusk".running_deltas d
                    WHERE d.tenant = p_tenant AND d.ckey = p_key
-                     AND d.seq > (SELECT f.upto FROM "tusk".running_fold f)), 0)
-$$;
+                     AND d.seq > (SELECT f.upto FROM "tusk".running_fold f)), 0);
+END $$;
 
 --
 -- Name: served_at(text); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
 CREATE FUNCTION tusk.served_at(p_tenant text) RETURNS timestamp with time zone
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-  SELECT coalesce(
+BEGIN
+  RETURN coalesce(
     (SELECT s.at FROM "tusk".tenant_serves s WHERE s.tenant = p_tenant ORDER BY s.at DESC LIMIT 1),
-    '-infinity')
-$$;
+    '-infinity');
+END $$;
 
 --
 -- Name: set_default_slots(integer); Type: FUNCTION; Schema: tusk; Owner: -
@@ -2611,15 +2630,17 @@ END $$;
 --
 
 CREATE FUNCTION tusk.take_up_arrivals() RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
+  -- one statement, so the snapshot recorded is the one the arrivals were read under
   WITH added AS (
     INSERT INTO "tusk".active_pairs (queue, tenant)
     SELECT a.queue, a.tenant FROM "tusk".arrived_pairs() a
     ON CONFLICT DO NOTHING
   )
-  INSERT INTO "tusk".pair_scans (snap) VALUES (pg_current_snapshot())
-$$;
+  INSERT INTO "tusk".pair_scans (snap) VALUES (pg_current_snapshot());
+END $$;
 
 --
 -- Name: tenant_lock_space(); Type: FUNCTION; Schema: tusk; Owner: -
