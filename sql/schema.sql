@@ -1553,6 +1553,7 @@ END $$;
 
 CREATE FUNCTION tusk.key_lanes(p_queue text, p_tenant text) RETURNS tusk.lane[]
     LANGUAGE plpgsql STABLE
+    SET enable_seqscan TO 'off'
     AS $$
 BEGIN
   RETURN (
@@ -1783,6 +1784,7 @@ END $$;
 
 CREATE FUNCTION tusk.next_due_at() RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE
+    SET enable_seqscan TO 'off'
     AS $$
 BEGIN
   RETURN least(
@@ -1851,10 +1853,14 @@ BEGIN
         ARRAY(SELECT p.priority FROM pairs p), ARRAY(SELECT p.id FROM pairs p),
         ARRAY(SELECT p.snap FROM pairs p)) a
     )
+    -- the first job after the mark, in lane order: only jobs_ready_pair gives that order,
+    -- and it starts at the mark (jobs_ready, with the concurrency key before the position,
+    -- would be read from the lane's front, dead entries and all)
     SELECT array_agg(ROW(p.queue, p.tenant, NULL)::"tusk".lane) FROM pairs p
-    WHERE EXISTS (SELECT 1 FROM "tusk".jobs j
-                  WHERE j.state = 'available' AND j.queue = p.queue AND j.tenant = p.tenant
-                    AND (j.priority, j.id) > (p.priority, p.id))
+    WHERE (SELECT j.id FROM "tusk".jobs j
+           WHERE j.state = 'available' AND j.queue = p.queue AND j.tenant = p.tenant
+             AND (j.priority, j.id) > (p.priority, p.id)
+           ORDER BY j.priority, j.id LIMIT 1) IS NOT NULL
        OR EXISTS (SELECT 1 FROM arr a WHERE a.queue = p.queue AND a.tenant = p.tenant));
 END $$;
 
@@ -2448,6 +2454,7 @@ CREATE FUNCTION tusk.running_lock() RETURNS integer
 
 CREATE FUNCTION tusk.running_now(p_tenant text, p_key text) RETURNS integer
     LANGUAGE plpgsql STABLE
+    SET enable_seqscan TO 'off'
     AS $$
 BEGIN
   RETURN coalesce((SELECT b.n FROM "tusk".running_base b WHERE b.tenant = p_tenant AND b.ckey = p_key), 0)
@@ -2462,6 +2469,7 @@ END $$;
 
 CREATE FUNCTION tusk.served_at(p_tenant text) RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE
+    SET enable_seqscan TO 'off'
     AS $$
 BEGIN
   RETURN coalesce(
@@ -2631,6 +2639,7 @@ END $$;
 
 CREATE FUNCTION tusk.take_up_arrivals() RETURNS void
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
     AS $$
 BEGIN
   -- one statement, so the snapshot recorded is the one the arrivals were read under
