@@ -2,24 +2,30 @@
 --
 -- PostgreSQL (before 18) plans the body of a SQL function it cannot inline on every call:
 -- once per call site in each statement that uses it, and again for each call from a
--- client. None of the claim's could be inlined (a SET clause, a sub-select, a CTE, an
--- INSERT), so each claim planned about ten queries before it read a row. PL/pgSQL keeps a
--- function's plans for the life of the connection, and a worker's connections live long.
--- The bodies are the same queries; only the language changes. None of these functions
--- was inlined before, so no caller's plan changes.
+-- client. The claim's helpers could not be inlined where they were called (a SET clause,
+-- a sub-select in the body or in the arguments, a CTE, an INSERT), so each claim planned
+-- about ten queries before it read a row. PL/pgSQL keeps a function's plans for the life
+-- of the connection, and a worker's connections live long. The bodies are the same
+-- queries; only the language changes. One call was inlined before: arrivals_behind in
+-- the claim's new marks (step 4), whose arguments are plain variables; it is now a call
+-- with a kept plan of its own, like its other three callers.
 --
 -- Measured on PostgreSQL 15, one idle lane, on a connection that had claimed before:
 -- ready_pairs 0.95 -> 0.39 ms, a claim of one job 3.0 -> 1.6 ms, an empty claim
--- 1.8 -> 0.6 ms; an idle worker's enqueue-to-start latency p50 6.3 -> 3.4 ms.
+-- 1.8 -> 0.6 ms (docs/design/storage.md, "Kept plans", has the latency it gave).
 --
--- A kept plan is made once, often while the tables are small, and is not made again as
--- they grow (until an ANALYZE): each query here has one plan that stays right at any size.
--- No sequential scans (`SET enable_seqscan = off`), and reads that must start at a
--- position ask for the order of the index that starts there. The lane check of
--- pairs_with_work, an EXISTS, tied between jobs_ready and jobs_ready_pair and took the
--- first, which has the concurrency key before the position: with a horizon pinned it read
--- each lane from its dead front, and a claim grew from 3.1 to 12.7 ms over 100 000 jobs
--- (npm run bench -- pinned) where the body planned per call had stayed flat.
+-- A kept plan is made once, often while the tables are small, and made again only when
+-- something invalidates it (an ANALYZE or VACUUM of a table it reads, DDL): each query
+-- here must have one plan that stays right at any size. Those that read tables run with
+-- `enable_seqscan = off`, and reads that must start at a position ask for the order of
+-- the index that starts there. The lane check of pairs_with_work, an EXISTS, tied between
+-- jobs_ready and jobs_ready_pair and took the first, which has the concurrency key before
+-- the position: with a horizon pinned it read each lane from its dead front, and a claim
+-- grew from 3.1 to 12.7 ms over 100 000 jobs (npm run bench -- pinned) where the body
+-- planned per call had stayed flat. A read with no index path left (a one-row table read
+-- whole) would cost 10^10 with sequential scans off, past JIT's thresholds (hundreds of
+-- ms to compile a read of one row): those name their row by key, and the same functions
+-- run with `jit = off`, as the claim and the completion do.
 --
 -- `#variable_conflict use_column`: output columns are named like the table columns the
 -- queries read (always qualified there).
@@ -30,6 +36,7 @@ CREATE OR REPLACE FUNCTION :SCHEMA.lane_mark(
   OUT snap pg_snapshot
 ) LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -48,6 +55,7 @@ RETURNS TABLE (id bigint, tid tid, queue text, tenant text, priority smallint, a
                expires_at timestamptz)
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
+SET jit = off
 SET max_parallel_workers_per_gather = 0
 AS $$
 #variable_conflict use_column
@@ -98,6 +106,7 @@ END $$;
 
 CREATE OR REPLACE FUNCTION :SCHEMA.take_up_arrivals() RETURNS void LANGUAGE plpgsql
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
   -- one statement, so the snapshot recorded is the one the arrivals were read under
@@ -112,6 +121,7 @@ END $$;
 CREATE OR REPLACE FUNCTION :SCHEMA.pairs_with_work(p_pairs :SCHEMA.lane[]) RETURNS :SCHEMA.lane[]
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
   RETURN (
@@ -139,6 +149,7 @@ END $$;
 CREATE OR REPLACE FUNCTION :SCHEMA.key_lanes(p_queue text, p_tenant text)
 RETURNS :SCHEMA.lane[] LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
   RETURN (
@@ -154,11 +165,12 @@ BEGIN
         ORDER BY j.concurrency_key LIMIT 1) n
     )
     SELECT array_agg(ROW(p_queue, p_tenant, k.concurrency_key):::SCHEMA.lane)
-    FROM (SELECT * FROM k LIMIT (SELECT c.key_lanes FROM :SCHEMA.config c)) k);
+    FROM (SELECT * FROM k LIMIT (SELECT c.key_lanes FROM :SCHEMA.config c WHERE c.singleton)) k);
 END $$;
 
 CREATE OR REPLACE FUNCTION :SCHEMA.served_at(p_tenant text) RETURNS timestamptz LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
   RETURN coalesce(
@@ -169,17 +181,19 @@ END $$;
 CREATE OR REPLACE FUNCTION :SCHEMA.running_now(p_tenant text, p_key text) RETURNS integer
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
   RETURN coalesce((SELECT b.n FROM :SCHEMA.running_base b WHERE b.tenant = p_tenant AND b.ckey = p_key), 0)
        + coalesce((SELECT sum(d.n)::integer FROM :SCHEMA.running_deltas d
                    WHERE d.tenant = p_tenant AND d.ckey = p_key
-                     AND d.seq > (SELECT f.upto FROM :SCHEMA.running_fold f)), 0);
+                     AND d.seq > (SELECT f.upto FROM :SCHEMA.running_fold f WHERE f.one)), 0);
 END $$;
 
 -- Asked by every idle claim loop after an empty claim.
 CREATE OR REPLACE FUNCTION :SCHEMA.next_due_at() RETURNS timestamptz LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
   RETURN least(
@@ -197,3 +211,6 @@ BEGIN
   RETURN CASE WHEN v_at IS NULL THEN NULL
               ELSE greatest(0, ceil(extract(epoch FROM v_at - clock_timestamp()) * 1000))::bigint END;
 END $$;
+
+-- The same rule for the completion's helper, which had its SET clause before.
+ALTER FUNCTION :SCHEMA.settle_dependents(bigint[], boolean) SET jit = off;

@@ -245,6 +245,7 @@ END $_$;
 CREATE FUNCTION tusk.arrivals_before(p_xmax xid8, p_xip xid8[], p_priority smallint, p_id bigint) RETURNS TABLE(id bigint, tid tid, queue text, tenant text, priority smallint, avail_xid xid8, expires_at timestamp with time zone)
     LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     SET max_parallel_workers_per_gather TO '0'
     AS $$
 #variable_conflict use_column
@@ -1554,6 +1555,7 @@ END $$;
 CREATE FUNCTION tusk.key_lanes(p_queue text, p_tenant text) RETURNS tusk.lane[]
     LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 BEGIN
   RETURN (
@@ -1569,7 +1571,7 @@ BEGIN
         ORDER BY j.concurrency_key LIMIT 1) n
     )
     SELECT array_agg(ROW(p_queue, p_tenant, k.concurrency_key)::"tusk".lane)
-    FROM (SELECT * FROM k LIMIT (SELECT c.key_lanes FROM "tusk".config c)) k);
+    FROM (SELECT * FROM k LIMIT (SELECT c.key_lanes FROM "tusk".config c WHERE c.singleton)) k);
 END $$;
 
 --
@@ -1579,6 +1581,7 @@ END $$;
 CREATE FUNCTION tusk.lane_mark(p_queue text, p_tenant text, OUT priority smallint, OUT id bigint, OUT xmax xid8, OUT xip xid8[], OUT at timestamp with time zone, OUT snap pg_snapshot) RETURNS record
     LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 #variable_conflict use_column
 BEGIN
@@ -1785,6 +1788,7 @@ END $$;
 CREATE FUNCTION tusk.next_due_at() RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 BEGIN
   RETURN least(
@@ -1840,6 +1844,7 @@ END $$;
 CREATE FUNCTION tusk.pairs_with_work(p_pairs tusk.lane[]) RETURNS tusk.lane[]
     LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 BEGIN
   RETURN (
@@ -2455,12 +2460,13 @@ CREATE FUNCTION tusk.running_lock() RETURNS integer
 CREATE FUNCTION tusk.running_now(p_tenant text, p_key text) RETURNS integer
     LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 BEGIN
   RETURN coalesce((SELECT b.n FROM "tusk".running_base b WHERE b.tenant = p_tenant AND b.ckey = p_key), 0)
        + coalesce((SELECT sum(d.n)::integer FROM "tusk".running_deltas d
                    WHERE d.tenant = p_tenant AND d.ckey = p_key
-                     AND d.seq > (SELECT f.upto FROM "tusk".running_fold f)), 0);
+                     AND d.seq > (SELECT f.upto FROM "tusk".running_fold f WHERE f.one)), 0);
 END $$;
 
 --
@@ -2470,6 +2476,7 @@ END $$;
 CREATE FUNCTION tusk.served_at(p_tenant text) RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 BEGIN
   RETURN coalesce(
@@ -2573,6 +2580,7 @@ CREATE FUNCTION tusk.settle_dependents(p_ids bigint[], p_succeeded boolean) RETU
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_custom_plan'
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
   v_ids bigint[] := p_ids;
@@ -2640,6 +2648,7 @@ END $$;
 CREATE FUNCTION tusk.take_up_arrivals() RETURNS void
     LANGUAGE plpgsql
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 BEGIN
   -- one statement, so the snapshot recorded is the one the arrivals were read under
