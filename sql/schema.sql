@@ -1376,12 +1376,35 @@ CREATE FUNCTION tusk.fetch_jobs(p_count integer, p_lease_ms integer, p_queue tex
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+DECLARE
+  v_pace "tusk".lane_prune;
+  v_start timestamptz;
+  v_ms double precision;
+  v_lost bigint[];
 BEGIN
-  PERFORM "tusk".requeue_lost(ARRAY(
-    SELECT j.id FROM "tusk".jobs j
-    WHERE j.state = 'running' AND j.lease_until < now()
-      AND (p_queue IS NULL OR j.queue = p_queue) AND (p_tenant IS NULL OR j.tenant = p_tenant)
-    LIMIT 100));
+  SELECT * INTO v_pace FROM "tusk".lane_prune;
+  -- due: a quick search, or the wait after a slow one over (a clock gone back counts as
+  -- over) and no other fetch searching
+  IF v_pace.reap_searched_at IS NULL OR v_pace.reap_search_ms < 5
+     OR ((clock_timestamp() < v_pace.reap_searched_at
+          OR clock_timestamp() >= v_pace.reap_searched_at
+                                  + least(10 * v_pace.reap_search_ms, 60000) * interval '1 millisecond')
+         AND pg_try_advisory_xact_lock(hashtext('tusk' || ':lost-leases'), 0)) THEN
+    v_start := clock_timestamp();
+    v_lost := ARRAY(
+      SELECT j.id FROM "tusk".jobs j
+      WHERE j.state = 'running' AND j.lease_until < now()
+        AND (p_queue IS NULL OR j.queue = p_queue) AND (p_tenant IS NULL OR j.tenant = p_tenant)
+      LIMIT 100);
+    v_ms := extract(epoch FROM clock_timestamp() - v_start) * 1000;
+    IF v_ms >= 5 OR v_pace.reap_search_ms >= 5 THEN
+      PERFORM 1 FROM "tusk".lane_prune FOR UPDATE SKIP LOCKED;
+      IF FOUND THEN
+        UPDATE "tusk".lane_prune SET reap_searched_at = v_start, reap_search_ms = v_ms;
+      END IF;
+    END IF;
+    PERFORM "tusk".requeue_lost(v_lost);
+  END IF;
   PERFORM "tusk".promote_due_jobs(1000);
   RETURN QUERY SELECT * FROM "tusk".claim_jobs(NULL, p_count, p_lease_ms,
     CASE WHEN p_queue IS NULL THEN NULL ELSE ARRAY[p_queue] END, p_tenant);

@@ -180,6 +180,73 @@ describe('the search for lost jobs, paced by its cost', () => {
   });
 });
 
+describe("the lease API's search for run-out leases, at the same pace", () => {
+  // fetch_jobs gives back run-out leases itself (consumers may run with no Tusk process);
+  // its search reads jobs_running too. It searches on every call while a search is quick
+  // (under 5 ms), and after a slow one waits 10 times as long, as the upkeep does.
+  const pace = (agoMs: number, searchMs: number) =>
+    db.pool.query(
+      `UPDATE ${s}.lane_prune SET reap_searched_at = now() - $1 * interval '1 millisecond', reap_search_ms = $2`,
+      [agoMs, searchMs],
+    );
+  const runOut = async (queue: string) => {
+    await enqueue(queue, 1);
+    const [job] = (await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.fetch_jobs(1, 3600000, $1)`, [queue]))
+      .rows;
+    if (!job) throw new Error('nothing leased');
+    await db.pool.query(`UPDATE ${s}.jobs SET lease_until = now() - interval '1 second' WHERE id = $1`, [job.id]);
+    return job.id;
+  };
+  // a fetch of no job: the search and the promotion only
+  const fetchNone = (queue: string, on: pg.ClientBase | pg.Pool = db.pool) =>
+    on.query(`SELECT id FROM ${s}.fetch_jobs(0, 3600000, $1)`, [queue]);
+  const searchMs = async () =>
+    (await db.rows<{ ms: number }>('SELECT reap_search_ms AS ms FROM $schema.lane_prune'))[0]?.ms;
+
+  it('a quick search runs on every fetch; after a slow one, a run-out lease waits for the next search', async () => {
+    const a = await runOut('fetch-paced-a');
+    await pace(0, 2);
+    await fetchNone('fetch-paced-a');
+    expect(await stateOf(a)).toBe('available');
+
+    const b = await runOut('fetch-paced-b');
+    await pace(0, 1000); // a search of 1 s just now: the next one in 10 s
+    await fetchNone('fetch-paced-b');
+    expect(await stateOf(b)).toBe('running');
+    await pace(5_000, 1000);
+    await fetchNone('fetch-paced-b');
+    expect(await stateOf(b)).toBe('running');
+    await pace(10_500, 1000);
+    await fetchNone('fetch-paced-b');
+    expect(await stateOf(b)).toBe('available');
+    // that search after a slow one recorded its own cost, which sets the next wait
+    expect(await searchMs()).toBeLessThan(1000);
+  });
+
+  it('a due fetch does not wait for the pace row while the upkeep holds it', async () => {
+    const c = await runOut('fetch-paced-c');
+    await pace(10_500, 1000);
+    const upkeep = new pg.Client({ connectionString: db.url });
+    const consumer = new pg.Client({ connectionString: db.url });
+    await upkeep.connect();
+    await consumer.connect();
+    try {
+      await upkeep.query('BEGIN');
+      await upkeep.query(`SELECT 1 FROM ${s}.lane_prune FOR UPDATE`);
+      // waiting for the row would end in this error, not in a fetch
+      await consumer.query(`SET lock_timeout = '2s'`);
+      await fetchNone('fetch-paced-c', consumer);
+      expect(await stateOf(c)).toBe('available');
+      await upkeep.query('ROLLBACK');
+      // not recorded (the row was held): the next fetch is due at once
+      expect(await searchMs()).toBe(1000);
+    } finally {
+      await upkeep.end();
+      await consumer.end();
+    }
+  });
+});
+
 describe('a worker whose lock is gone', () => {
   it('is given a second from its last beat to register again; then its jobs go back', async () => {
     // its lock is held by no session: its listening connection was cut
