@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { otherClients } from '../src/db/embedded.js';
 import type { Tusk } from '../src/index.js';
 import { Gate } from './gate.js';
 import { eventually, recorder, useTestDb } from './helpers.js';
@@ -277,14 +278,15 @@ describe('a worker cut off from the database', () => {
 
 describe('a connection terminated as it starts', () => {
   /**
-   * A new connection of `pool` handed out by pool.connect() with the FATAL in the same read
-   * as its last startup message: the pool hands the client out, and takes its own error
-   * listener off, before the caller's code runs. Resolves with the client.
+   * A new connection, made by `start`, with the FATAL in the same read as its last startup
+   * message: pool.connect() hands the client out, and takes its own error listener off,
+   * before the caller's code runs (a client's connect() resolves the same way). Resolves
+   * with what `start` resolves.
    */
-  async function terminatedAsItStarts(pool: pg.Pool): Promise<pg.PoolClient> {
+  async function terminatedAsItStarts<T>(start: () => Promise<T>): Promise<T> {
     const before = new Set(gate.ports());
     gate.holdNewFromReady();
-    const handed = pool.connect();
+    const handed = start();
     // the new connection's backend, started up: its ReadyForQuery is held in the gate
     const { pid, port } = (await eventually(async () => {
       const ports = gate.ports().filter((p) => !before.has(p));
@@ -303,18 +305,22 @@ describe('a connection terminated as it starts', () => {
   it('handed out by pool.connect() with the FATAL in the same read as its startup: the caller gets the error, the process goes on', async () => {
     const tusk = db.another({ connectionString: gate.url });
     const pool = await tusk.pool();
-    const client = await terminatedAsItStarts(pool);
+    const client = await terminatedAsItStarts(() => pool.connect());
     await expect(client.query('SELECT 1')).rejects.toThrow(/not queryable|terminat/);
     client.release(true);
     expect((await pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
     await tusk.close();
   });
 
+  it("the embedded server's look for other sessions before it stops: it answers 0, the process goes on", async () => {
+    expect(await terminatedAsItStarts(() => otherClients(gate.url))).toBe(0);
+  });
+
   it("the same on the app's own pool, while a Tusk uses it; its listeners go with close()", async () => {
     const pool = new pg.Pool({ connectionString: gate.url, max: 2 });
     const tusk = db.another({ pool });
     await tusk.pool();
-    const client = await terminatedAsItStarts(pool);
+    const client = await terminatedAsItStarts(() => pool.connect());
     await expect(client.query('SELECT 1')).rejects.toThrow(/not queryable|terminat/);
     client.release(true);
     await tusk.close();

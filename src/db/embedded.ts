@@ -125,8 +125,13 @@ function server(
   };
 }
 
-async function otherClients(connectionString: string): Promise<number> {
+/** Sessions on the server other than this look's own (0 when it cannot look). */
+export async function otherClients(connectionString: string): Promise<number> {
   const client = new pg.Client({ connectionString });
+  // a failure shows in connect() or query(); one that comes between them (a backend
+  // terminated as it starts, in the read that ends its startup) would be an 'error'
+  // event nobody hears, which ends the process
+  client.on('error', () => {});
   try {
     await client.connect();
     const { rows } = await client.query<{ n: number }>(
