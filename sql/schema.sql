@@ -1377,19 +1377,23 @@ CREATE FUNCTION tusk.fetch_jobs(p_count integer, p_lease_ms integer, p_queue tex
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-  v_pace "tusk".lane_prune;
+  v_queue text := coalesce(p_queue, '');
+  v_tenant text := coalesce(p_tenant, '');
+  v_at timestamptz;
+  v_last double precision;
   v_start timestamptz;
   v_ms double precision;
   v_lost bigint[];
 BEGIN
-  SELECT * INTO v_pace FROM "tusk".lane_prune;
-  -- due: a quick search, or the wait after a slow one over (a clock gone back counts as
-  -- over) and no other fetch searching
-  IF v_pace.reap_searched_at IS NULL OR v_pace.reap_search_ms < 5
-     OR ((clock_timestamp() < v_pace.reap_searched_at
-          OR clock_timestamp() >= v_pace.reap_searched_at
-                                  + least(10 * v_pace.reap_search_ms, 60000) * interval '1 millisecond')
-         AND pg_try_advisory_xact_lock(hashtext('tusk' || ':lost-leases'), 0)) THEN
+  SELECT s.at, s.ms INTO v_at, v_last FROM "tusk".fetch_searches s
+  WHERE s.queue = v_queue AND s.tenant = v_tenant ORDER BY s.seq DESC LIMIT 1;
+  -- due: no slow search, or the wait after one over (a clock gone back counts as over)
+  -- and no other fetch of this queue and tenant searching
+  IF v_at IS NULL OR v_last < 5
+     OR ((clock_timestamp() < v_at
+          OR clock_timestamp() >= v_at + least(10 * v_last, 60000) * interval '1 millisecond')
+         AND pg_try_advisory_xact_lock(hashtext('tusk' || ':lost-leases'),
+                                       hashtext(v_queue || '/' || v_tenant))) THEN
     v_start := clock_timestamp();
     v_lost := ARRAY(
       SELECT j.id FROM "tusk".jobs j
@@ -1397,11 +1401,10 @@ BEGIN
         AND (p_queue IS NULL OR j.queue = p_queue) AND (p_tenant IS NULL OR j.tenant = p_tenant)
       LIMIT 100);
     v_ms := extract(epoch FROM clock_timestamp() - v_start) * 1000;
-    IF v_ms >= 5 OR v_pace.reap_search_ms >= 5 THEN
-      PERFORM 1 FROM "tusk".lane_prune FOR UPDATE SKIP LOCKED;
-      IF FOUND THEN
-        UPDATE "tusk".lane_prune SET reap_searched_at = v_start, reap_search_ms = v_ms;
-      END IF;
+    IF (v_ms >= 5 OR coalesce(v_last, 0) >= 5)
+       AND pg_try_advisory_xact_lock(hashtext('tusk' || ':lost-leases'),
+                                     hashtext(v_queue || '/' || v_tenant)) THEN
+      INSERT INTO "tusk".fetch_searches (queue, tenant, at, ms) VALUES (v_queue, v_tenant, v_start, v_ms);
     END IF;
     PERFORM "tusk".requeue_lost(v_lost);
   END IF;
@@ -1684,6 +1687,11 @@ BEGIN
   EXCEPTION WHEN OTHERS THEN
     v_errors := v_errors || jsonb_build_object('step', 'lanes', 'code', SQLSTATE, 'message', SQLERRM);
   END;
+  BEGIN
+    v_done := v_done || jsonb_build_object('fetchSearches', "tusk".prune_fetch_searches());
+  EXCEPTION WHEN OTHERS THEN
+    v_errors := v_errors || jsonb_build_object('step', 'fetchSearches', 'code', SQLSTATE, 'message', SQLERRM);
+  END;
   -- last: writers wait for the fold's lock until this transaction ends
   BEGIN
     v_done := v_done || jsonb_build_object('folded', "tusk".fold_running());
@@ -1700,8 +1708,8 @@ END $$;
 COMMENT ON FUNCTION tusk.maintain(p_grace_ms integer) IS 'The queue''s upkeep, one process at a time (advisory lock): gives back the jobs of leases
 that ran out and of dead workers (after p_grace_ms when the server restarted), promotes
 due delayed jobs, expires old ones, keeps history partitions ahead, prunes lane marks,
-serves and pairs and folds running deltas; each step isolated, its failure reported
-without stopping the others.';
+serves and pairs and the lease API''s replaced search records, and folds running deltas;
+each step isolated, its failure reported without stopping the others.';
 
 --
 -- Name: maintain_history(integer); Type: FUNCTION; Schema: tusk; Owner: -
@@ -1964,6 +1972,24 @@ BEGIN
     PERFORM pg_notify('tusk' || ':jobs', '');
   END IF;
   RETURN n;
+END $$;
+
+--
+-- Name: prune_fetch_searches(); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.prune_fetch_searches() RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_n integer;
+BEGIN
+  DELETE FROM "tusk".fetch_searches s
+  WHERE EXISTS (SELECT 1 FROM "tusk".fetch_searches n
+                WHERE n.queue = s.queue AND n.tenant = s.tenant AND n.seq > s.seq);
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  RETURN v_n;
 END $$;
 
 --
@@ -2904,6 +2930,35 @@ CREATE TABLE tusk.drainer_lease (
 );
 
 --
+-- Name: fetch_searches; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.fetch_searches (
+    seq bigint NOT NULL,
+    queue text NOT NULL,
+    tenant text NOT NULL,
+    at timestamp with time zone NOT NULL,
+    ms double precision NOT NULL
+);
+
+--
+-- Name: fetch_searches_seq_seq; Type: SEQUENCE; Schema: tusk; Owner: -
+--
+
+CREATE SEQUENCE tusk.fetch_searches_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+--
+-- Name: fetch_searches_seq_seq; Type: SEQUENCE OWNED BY; Schema: tusk; Owner: -
+--
+
+ALTER SEQUENCE tusk.fetch_searches_seq_seq OWNED BY tusk.fetch_searches.seq;
+
+--
 -- Name: job_deps; Type: TABLE; Schema: tusk; Owner: -
 --
 
@@ -3286,6 +3341,12 @@ ALTER TABLE tusk.workers ALTER COLUMN id ADD GENERATED BY DEFAULT AS IDENTITY (
 ALTER TABLE ONLY tusk.job_history ATTACH PARTITION tusk.job_history_default DEFAULT;
 
 --
+-- Name: fetch_searches seq; Type: DEFAULT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.fetch_searches ALTER COLUMN seq SET DEFAULT nextval('tusk.fetch_searches_seq_seq'::regclass);
+
+--
 -- Name: active_pairs active_pairs_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
 --
 
@@ -3319,6 +3380,13 @@ ALTER TABLE ONLY tusk.config
 
 ALTER TABLE ONLY tusk.drainer_lease
     ADD CONSTRAINT drainer_lease_pkey PRIMARY KEY (singleton);
+
+--
+-- Name: fetch_searches fetch_searches_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
+--
+
+ALTER TABLE ONLY tusk.fetch_searches
+    ADD CONSTRAINT fetch_searches_pkey PRIMARY KEY (seq);
 
 --
 -- Name: job_deps job_deps_pkey; Type: CONSTRAINT; Schema: tusk; Owner: -
@@ -3459,6 +3527,12 @@ ALTER TABLE ONLY tusk.tenants
 
 ALTER TABLE ONLY tusk.workers
     ADD CONSTRAINT workers_pkey PRIMARY KEY (id);
+
+--
+-- Name: fetch_searches_newest; Type: INDEX; Schema: tusk; Owner: -
+--
+
+CREATE INDEX fetch_searches_newest ON tusk.fetch_searches USING btree (queue, tenant, seq DESC);
 
 --
 -- Name: job_history_finished; Type: INDEX; Schema: tusk; Owner: -

@@ -116,8 +116,10 @@ describe('the search for lost jobs, paced by its cost', () => {
       `UPDATE ${s}.lane_prune SET reap_searched_at = now() - $1 * interval '1 millisecond', reap_search_ms = $2`,
       [agoMs, searchMs],
     );
+  // no grace after a server start (reap's own rule, not what these test): a server that
+  // started a moment ago (the embedded one, this file run alone) would give it 10 s
   const reap = async () =>
-    (await db.pool.query<{ released: number }>(`SELECT released FROM ${s}.reap()`)).rows[0]?.released;
+    (await db.pool.query<{ released: number }>(`SELECT released FROM ${s}.reap(0)`)).rows[0]?.released;
   const leaseRunOut = async (queue: string) => {
     await enqueue(queue, 1);
     const [job] = (await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.fetch_jobs(1, 3600000, $1)`, [queue]))
@@ -180,14 +182,16 @@ describe('the search for lost jobs, paced by its cost', () => {
   });
 });
 
-describe("the lease API's search for run-out leases, at the same pace", () => {
+describe("the lease API's search for run-out leases, paced by its cost", () => {
   // fetch_jobs gives back run-out leases itself (consumers may run with no Tusk process);
-  // its search reads jobs_running too. It searches on every call while a search is quick
-  // (under 5 ms), and after a slow one waits 10 times as long, as the upkeep does.
-  const pace = (agoMs: number, searchMs: number) =>
+  // its search reads jobs_running too. Each queue and tenant asked for keeps a pace: every
+  // fetch searches while a search is quick (under 5 ms), and after a slow one the next
+  // waits 10 times as long. The pace is set here as a slow search leaves it.
+  const pace = (queue: string, agoMs: number, searchMs: number) =>
     db.pool.query(
-      `UPDATE ${s}.lane_prune SET reap_searched_at = now() - $1 * interval '1 millisecond', reap_search_ms = $2`,
-      [agoMs, searchMs],
+      `INSERT INTO ${s}.fetch_searches (queue, tenant, at, ms)
+       VALUES ($1, '', now() - $2 * interval '1 millisecond', $3)`,
+      [queue, agoMs, searchMs],
     );
   const runOut = async (queue: string) => {
     await enqueue(queue, 1);
@@ -200,49 +204,83 @@ describe("the lease API's search for run-out leases, at the same pace", () => {
   // a fetch of no job: the search and the promotion only
   const fetchNone = (queue: string, on: pg.ClientBase | pg.Pool = db.pool) =>
     on.query(`SELECT id FROM ${s}.fetch_jobs(0, 3600000, $1)`, [queue]);
-  const searchMs = async () =>
-    (await db.rows<{ ms: number }>('SELECT reap_search_ms AS ms FROM $schema.lane_prune'))[0]?.ms;
+  const records = (queue: string) =>
+    db.rows<{ ms: number }>(`SELECT ms FROM $schema.fetch_searches WHERE queue = $1 ORDER BY seq`, [queue]);
 
   it('a quick search runs on every fetch; after a slow one, a run-out lease waits for the next search', async () => {
     const a = await runOut('fetch-paced-a');
-    await pace(0, 2);
+    await pace('fetch-paced-a', 0, 2);
     await fetchNone('fetch-paced-a');
     expect(await stateOf(a)).toBe('available');
 
     const b = await runOut('fetch-paced-b');
-    await pace(0, 1000); // a search of 1 s just now: the next one in 10 s
+    await pace('fetch-paced-b', 0, 1000); // a search of 1 s just now: the next one in 10 s
     await fetchNone('fetch-paced-b');
     expect(await stateOf(b)).toBe('running');
-    await pace(5_000, 1000);
+    await pace('fetch-paced-b', 5_000, 1000);
     await fetchNone('fetch-paced-b');
     expect(await stateOf(b)).toBe('running');
-    await pace(10_500, 1000);
+    // another queue's pace is its own: its run-out lease goes back at once
+    const other = await runOut('fetch-paced-other');
+    await fetchNone('fetch-paced-other');
+    expect(await stateOf(other)).toBe('available');
+    await pace('fetch-paced-b', 10_500, 1000);
     await fetchNone('fetch-paced-b');
     expect(await stateOf(b)).toBe('available');
     // that search after a slow one recorded its own cost, which sets the next wait
-    expect(await searchMs()).toBeLessThan(1000);
+    const recorded = await records('fetch-paced-b');
+    expect(recorded).toHaveLength(4);
+    expect(recorded.at(-1)?.ms).toBeLessThan(1000);
+    // and the upkeep keeps the newest record of each queue and tenant only
+    await db.pool.query(`SELECT ${s}.maintain()`);
+    expect(await records('fetch-paced-b')).toEqual([recorded.at(-1)]);
   });
 
-  it('a due fetch does not wait for the pace row while the upkeep holds it', async () => {
+  it('one fetch of a queue searches at a time: while another holds the search, a due fetch leaves the lease', async () => {
     const c = await runOut('fetch-paced-c');
-    await pace(10_500, 1000);
-    const upkeep = new pg.Client({ connectionString: db.url });
-    const consumer = new pg.Client({ connectionString: db.url });
-    await upkeep.connect();
-    await consumer.connect();
+    await pace('fetch-paced-c', 10_500, 1000);
+    const other = new pg.Client({ connectionString: db.url });
+    await other.connect();
     try {
-      await upkeep.query('BEGIN');
-      await upkeep.query(`SELECT 1 FROM ${s}.lane_prune FOR UPDATE`);
-      // waiting for the row would end in this error, not in a fetch
-      await consumer.query(`SET lock_timeout = '2s'`);
-      await fetchNone('fetch-paced-c', consumer);
+      await other.query('BEGIN');
+      await other.query("SELECT pg_advisory_xact_lock(hashtext($1 || ':lost-leases'), hashtext($2 || '/'))", [
+        db.schema,
+        'fetch-paced-c',
+      ]);
+      await fetchNone('fetch-paced-c');
+      expect(await stateOf(c)).toBe('running');
+      await other.query('ROLLBACK');
+      await fetchNone('fetch-paced-c');
       expect(await stateOf(c)).toBe('available');
-      await upkeep.query('ROLLBACK');
-      // not recorded (the row was held): the next fetch is due at once
-      expect(await searchMs()).toBe(1000);
     } finally {
-      await upkeep.end();
+      await other.end();
+    }
+  });
+
+  it("the upkeep does not wait for a consumer's open transaction that fetched and recorded its search", async () => {
+    const d = await runOut('fetch-paced-d');
+    await pace('fetch-paced-d', 10_500, 1000);
+    // the upkeep's own pace as slow: a fetch that wrote there would hold its row
+    await db.pool.query(
+      `UPDATE ${s}.lane_prune SET reap_searched_at = now() - interval '10500 milliseconds', reap_search_ms = 1000`,
+    );
+    const consumer = new pg.Client({ connectionString: db.url });
+    const upkeep = new pg.Client({ connectionString: db.url });
+    await consumer.connect();
+    await upkeep.connect();
+    try {
+      // waiting for a row or a lock would end in this error, not in an answer
+      await upkeep.query(`SET lock_timeout = '2s'`);
+      // a consumer fetches in its own transaction (the search recorded), and works on
+      await consumer.query('BEGIN');
+      await fetchNone('fetch-paced-d', consumer);
+      const [pass] = (await upkeep.query<{ r: { errors: unknown[] } }>(`SELECT ${s}.maintain() AS r`)).rows;
+      expect(pass?.r.errors).toEqual([]);
+      await consumer.query('COMMIT');
+      expect(await stateOf(d)).toBe('available');
+    } finally {
       await consumer.end();
+      await upkeep.end();
     }
   });
 });
