@@ -44,6 +44,16 @@ const enqueue = (queue: string, n: number) =>
 const stateOf = async (id: string | undefined) =>
   (await db.rows<{ state: string }>('SELECT state::text FROM $schema.jobs WHERE id = $1', [id]))[0]?.state;
 
+/** A job leased through fetch_jobs whose lease has run out; its id. */
+async function leaseRunOut(queue: string): Promise<string> {
+  await enqueue(queue, 1);
+  const [job] = (await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.fetch_jobs(1, 3600000, $1)`, [queue]))
+    .rows;
+  if (!job) throw new Error('nothing leased');
+  await db.pool.query(`UPDATE ${s}.jobs SET lease_until = now() - interval '1 second' WHERE id = $1`, [job.id]);
+  return job.id;
+}
+
 const claim = (queue: string, limit: number, on: pg.ClientBase | pg.Pool = db.pool) =>
   on.query<{ id: string; lease_token: string }>(`SELECT id, lease_token FROM ${s}.claim_jobs(NULL, $1, 3600000, $2)`, [
     limit,
@@ -120,14 +130,6 @@ describe('the search for lost jobs, paced by its cost', () => {
   // started a moment ago (the embedded one, this file run alone) would give it 10 s
   const reap = async () =>
     (await db.pool.query<{ released: number }>(`SELECT released FROM ${s}.reap(0)`)).rows[0]?.released;
-  const leaseRunOut = async (queue: string) => {
-    await enqueue(queue, 1);
-    const [job] = (await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.fetch_jobs(1, 3600000, $1)`, [queue]))
-      .rows;
-    if (!job) throw new Error('nothing leased');
-    await db.pool.query(`UPDATE ${s}.jobs SET lease_until = now() - interval '1 second' WHERE id = $1`, [job.id]);
-    return job.id;
-  };
 
   it('after a slow search, a run-out lease waits for the next search; a dead worker does not', async () => {
     const a = await leaseRunOut('paced-a');
@@ -193,14 +195,6 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
        VALUES ($1, '', now() - $2 * interval '1 millisecond', $3)`,
       [queue, agoMs, searchMs],
     );
-  const runOut = async (queue: string) => {
-    await enqueue(queue, 1);
-    const [job] = (await db.pool.query<{ id: string }>(`SELECT id::text FROM ${s}.fetch_jobs(1, 3600000, $1)`, [queue]))
-      .rows;
-    if (!job) throw new Error('nothing leased');
-    await db.pool.query(`UPDATE ${s}.jobs SET lease_until = now() - interval '1 second' WHERE id = $1`, [job.id]);
-    return job.id;
-  };
   // a fetch of no job: the search and the promotion only
   const fetchNone = (queue: string, on: pg.ClientBase | pg.Pool = db.pool) =>
     on.query(`SELECT id FROM ${s}.fetch_jobs(0, 3600000, $1)`, [queue]);
@@ -208,12 +202,12 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
     db.rows<{ ms: number }>(`SELECT ms FROM $schema.fetch_searches WHERE queue = $1 ORDER BY seq`, [queue]);
 
   it('a quick search runs on every fetch; after a slow one, a run-out lease waits for the next search', async () => {
-    const a = await runOut('fetch-paced-a');
+    const a = await leaseRunOut('fetch-paced-a');
     await pace('fetch-paced-a', 0, 2);
     await fetchNone('fetch-paced-a');
     expect(await stateOf(a)).toBe('available');
 
-    const b = await runOut('fetch-paced-b');
+    const b = await leaseRunOut('fetch-paced-b');
     await pace('fetch-paced-b', 0, 1000); // a search of 1 s just now: the next one in 10 s
     await fetchNone('fetch-paced-b');
     expect(await stateOf(b)).toBe('running');
@@ -221,7 +215,7 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
     await fetchNone('fetch-paced-b');
     expect(await stateOf(b)).toBe('running');
     // another queue's pace is its own: its run-out lease goes back at once
-    const other = await runOut('fetch-paced-other');
+    const other = await leaseRunOut('fetch-paced-other');
     await fetchNone('fetch-paced-other');
     expect(await stateOf(other)).toBe('available');
     await pace('fetch-paced-b', 10_500, 1000);
@@ -237,7 +231,7 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
   });
 
   it('one fetch of a queue searches at a time: while another holds the search, a due fetch leaves the lease', async () => {
-    const c = await runOut('fetch-paced-c');
+    const c = await leaseRunOut('fetch-paced-c');
     await pace('fetch-paced-c', 10_500, 1000);
     const other = new pg.Client({ connectionString: db.url });
     await other.connect();
@@ -258,7 +252,7 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
   });
 
   it("the upkeep does not wait for a consumer's open transaction that fetched and recorded its search", async () => {
-    const d = await runOut('fetch-paced-d');
+    const d = await leaseRunOut('fetch-paced-d');
     await pace('fetch-paced-d', 10_500, 1000);
     // the upkeep's own pace as slow: a fetch that wrote there would hold its row
     await db.pool.query(
