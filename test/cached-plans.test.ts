@@ -51,8 +51,8 @@ async function claimAndFinish(c: pg.Client, limit: number): Promise<number> {
 }
 
 /**
- * Index entries of the lanes' indexes one claim of `limit` reads on `c` (the counts of its
- * own transaction, rolled back), with the jobs it took.
+ * Blocks of the lanes' indexes one claim of `limit` reads on `c` (the counts of its own
+ * transaction, rolled back), with the jobs it took.
  */
 async function blocksRead(c: pg.Client, limit: number): Promise<{ blocks: number; claimed: number }> {
   const read = async () =>
