@@ -1460,8 +1460,8 @@ COMMENT ON FUNCTION tusk.finish_jobs(p_state tusk.job_state, p_jobs jsonb, p_asy
 was lost changes nothing): moves them to job_history with their result, errors, stats and
 progress (move_to_history), then settles their dependents (settle_dependents: counted down
 under row locks in id order, made available at zero, or cancelled up a flow when a
-dependency failed), and announces their ids on <schema>:done (at most 900 a notification)
-for waitFor and the event stream.';
+dependency failed), and announces their ids on <schema>:done (at most 390 a notification,
+which fits any id) for waitFor and the event stream.';
 
 --
 -- Name: fire_schedule(text, timestamp with time zone, timestamp with time zone[], timestamp with time zone); Type: FUNCTION; Schema: tusk; Owner: -
@@ -1779,9 +1779,9 @@ BEGIN
   )
   SELECT array_agg(d.id) INTO v_ids FROM done d;
   IF v_ids IS NULL THEN RETURN NULL; END IF;
-  -- for waitFor(): the finished ids, at most 900 a notification (a payload holds 8000 bytes)
+  -- for waitFor(): the finished ids, at most 390 a notification (see above)
   PERFORM pg_notify('tusk' || ':done', string_agg(u.x::text, ',' ORDER BY u.n))
-  FROM unnest(v_ids) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 900;
+  FROM unnest(v_ids) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 390;
   RETURN v_ids;
 END $$;
 
@@ -2566,7 +2566,7 @@ BEGIN
   SELECT array_agg(set.id ORDER BY set.id) INTO v_set FROM set;
   IF v_set IS NULL THEN RETURN 0; END IF;
   PERFORM pg_notify('tusk' || ':progress', string_agg(u.x::text, ',' ORDER BY u.n))
-  FROM unnest(v_set) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 900;
+  FROM unnest(v_set) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 390;
   RETURN cardinality(v_set);
 END $$;
 
