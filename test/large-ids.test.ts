@@ -15,9 +15,7 @@ const s = `"${db.schema}"`;
 describe('ids of 19 digits (the largest a job id can have)', () => {
   it('a batch of 1 000 progress updates and 1 000 completions goes through, and announces every id', async () => {
     await db.pool.query(`SELECT setval(pg_get_serial_sequence('${s}.jobs', 'id'), 9000000000000000000)`);
-    await db.pool.query(
-      `INSERT INTO ${s}.jobs (task, payload) SELECT 'work', 'null' FROM generate_series(1, 1000)`,
-    );
+    await db.pool.query(`INSERT INTO ${s}.jobs (task, payload) SELECT 'work', 'null' FROM generate_series(1, 1000)`);
     const { rows: held } = await db.pool.query<{ id: string; lease_token: string }>(
       `SELECT id::text, lease_token::text FROM ${s}.claim_jobs(NULL, 1000, 3600000)`,
     );
