@@ -17,7 +17,8 @@
 -- writes only when its search changes the pace (a slow one, or a quick one after a slow
 -- one), and only appends: no row of it is ever locked, updated or deleted by a fetch, so
 -- no fetch waits for another and none fails a REPEATABLE READ caller. The upkeep deletes
--- the records a newer one of the same queue and tenant replaced.
+-- the records a newer one of the same queue and tenant replaced (with no upkeep running,
+-- they pile up, a row per slow search, while searches stay slow).
 
 CREATE TABLE :SCHEMA.fetch_searches (
   seq bigserial PRIMARY KEY,
