@@ -11,18 +11,20 @@
 -- Now each queue and tenant a fetch asks for (either may be all) keeps a pace of its own:
 -- its fetches search on every call while a search takes under 5 ms (a few thousand
 -- running jobs, no pin); once one took longer, the next comes after 10 times as long (at
--- most a minute), one fetch at a time. A lease that runs out meanwhile comes back that
--- much later. The pace lives apart from the upkeep's (reap's, in lane_prune): a fetch
--- never moves the upkeep's next search, and the upkeep never waits for a fetch. A fetch
--- writes only when its search changes the pace (a slow one, or a quick one after a slow
--- one), and only appends: no row of it is ever locked, updated or deleted by a fetch, so
--- no fetch waits for another and none fails a REPEATABLE READ caller. The upkeep deletes
--- the records a newer one of the same queue and tenant replaced (with no upkeep running,
--- they pile up, a row per slow search, while searches stay slow).
+-- most a minute), one fetch at a time (the one whose transaction holds the search's
+-- lock, until it ends). A lease that runs out meanwhile comes back that much later. The
+-- pace lives apart from the upkeep's (reap's, in lane_prune): a fetch never moves the
+-- upkeep's next search, and the upkeep never waits for a fetch. A fetch writes only when
+-- its search changes the pace (a slow one, or a quick one after a slow one), and only
+-- appends: no row of it is ever locked, updated or deleted by a fetch, so no fetch waits
+-- for another and none fails a REPEATABLE READ caller. The upkeep deletes the records
+-- that no longer set a pace (with no upkeep running, they pile up, a row per slow
+-- search, while searches stay slow).
 
 CREATE TABLE :SCHEMA.fetch_searches (
   seq bigserial PRIMARY KEY,
-  -- the fetch's queue and tenant, '' for all (no queue or tenant name is empty)
+  -- the fetch's queue and tenant: '=' and the name, or '*' for all (apart from any name,
+  -- even an empty one)
   queue text NOT NULL,
   tenant text NOT NULL,
   at timestamptz NOT NULL,
@@ -35,8 +37,10 @@ CREATE OR REPLACE FUNCTION :SCHEMA.fetch_jobs(
 ) RETURNS SETOF :SCHEMA.jobs LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  v_queue text := coalesce(p_queue, '');
-  v_tenant text := coalesce(p_tenant, '');
+  v_queue text := coalesce('=' || p_queue, '*');
+  v_tenant text := coalesce('=' || p_tenant, '*');
+  -- the lock of this queue and tenant's search (\x1f: no name has it)
+  v_lock integer := hashtext(v_queue || E'\x1f' || v_tenant);
   v_at timestamptz;
   v_last double precision;
   v_start timestamptz;
@@ -50,8 +54,7 @@ BEGIN
   IF v_at IS NULL OR v_last < 5
      OR ((clock_timestamp() < v_at
           OR clock_timestamp() >= v_at + least(10 * v_last, 60000) * interval '1 millisecond')
-         AND pg_try_advisory_xact_lock(hashtext(:SCHEMA_LITERAL || ':lost-leases'),
-                                       hashtext(v_queue || '/' || v_tenant))) THEN
+         AND pg_try_advisory_xact_lock(hashtext(:SCHEMA_LITERAL || ':lost-leases'), v_lock)) THEN
     v_start := clock_timestamp();
     v_lost := ARRAY(
       SELECT j.id FROM :SCHEMA.jobs j
@@ -60,8 +63,7 @@ BEGIN
       LIMIT 100);
     v_ms := extract(epoch FROM clock_timestamp() - v_start) * 1000;
     IF (v_ms >= 5 OR coalesce(v_last, 0) >= 5)
-       AND pg_try_advisory_xact_lock(hashtext(:SCHEMA_LITERAL || ':lost-leases'),
-                                     hashtext(v_queue || '/' || v_tenant)) THEN
+       AND pg_try_advisory_xact_lock(hashtext(:SCHEMA_LITERAL || ':lost-leases'), v_lock) THEN
       INSERT INTO :SCHEMA.fetch_searches (queue, tenant, at, ms) VALUES (v_queue, v_tenant, v_start, v_ms);
     END IF;
     PERFORM :SCHEMA.requeue_lost(v_lost);
@@ -71,16 +73,16 @@ BEGIN
     CASE WHEN p_queue IS NULL THEN NULL ELSE ARRAY[p_queue] END, p_tenant);
 END $$;
 
--- The records a newer one of the same queue and tenant replaced. SECURITY DEFINER: the
--- upkeep runs as whatever role the process has, and a role made before this table may
--- hold no grant on it.
-CREATE FUNCTION :SCHEMA.prune_fetch_searches() RETURNS integer LANGUAGE plpgsql
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- The records that no longer set a pace: replaced by a newer one of the same queue and
+-- tenant, older than the longest wait (a minute), or of a quick search. Either of the
+-- last two is read as no record at all.
+CREATE FUNCTION :SCHEMA.prune_fetch_searches() RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
   v_n integer;
 BEGIN
   DELETE FROM :SCHEMA.fetch_searches s
-  WHERE EXISTS (SELECT 1 FROM :SCHEMA.fetch_searches n
+  WHERE s.at < now() - interval '1 minute' OR s.ms < 5
+     OR EXISTS (SELECT 1 FROM :SCHEMA.fetch_searches n
                 WHERE n.queue = s.queue AND n.tenant = s.tenant AND n.seq > s.seq);
   GET DIAGNOSTICS v_n = ROW_COUNT;
   RETURN v_n;

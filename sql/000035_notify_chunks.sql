@@ -9,8 +9,9 @@
 -- failed again. `npm run bench -- history` (10 000 000 rows of history first) drained
 -- 50 000 jobs at a few dozen a second that way.
 --
--- A job id has at most 19 digits (bigint): with its comma, 20 bytes, and 390 of them
--- 7 799 bytes. The bodies are those of 000032 but for that bound.
+-- A job id takes at most 20 characters (a bigint, its sign included): with its comma,
+-- 21 bytes, and 380 of them 7 979 bytes. The bodies are those of 000032 but for that
+-- bound.
 
 CREATE OR REPLACE FUNCTION :SCHEMA.set_progress(p_ids bigint[], p_tokens bigint[], p_values jsonb[])
 RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
@@ -26,7 +27,7 @@ BEGIN
   SELECT array_agg(set.id ORDER BY set.id) INTO v_set FROM set;
   IF v_set IS NULL THEN RETURN 0; END IF;
   PERFORM pg_notify(:SCHEMA_LITERAL || ':progress', string_agg(u.x::text, ',' ORDER BY u.n))
-  FROM unnest(v_set) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 390;
+  FROM unnest(v_set) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 380;
   RETURN cardinality(v_set);
 END $$;
 
@@ -76,9 +77,9 @@ BEGIN
   )
   SELECT array_agg(d.id) INTO v_ids FROM done d;
   IF v_ids IS NULL THEN RETURN NULL; END IF;
-  -- for waitFor(): the finished ids, at most 390 a notification (see above)
+  -- for waitFor(): the finished ids, at most 380 a notification (see above)
   PERFORM pg_notify(:SCHEMA_LITERAL || ':done', string_agg(u.x::text, ',' ORDER BY u.n))
-  FROM unnest(v_ids) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 390;
+  FROM unnest(v_ids) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 380;
   RETURN v_ids;
 END $$;
 
@@ -87,5 +88,5 @@ COMMENT ON FUNCTION :SCHEMA.finish_jobs(:SCHEMA.job_state, jsonb, boolean) IS
 was lost changes nothing): moves them to job_history with their result, errors, stats and
 progress (move_to_history), then settles their dependents (settle_dependents: counted down
 under row locks in id order, made available at zero, or cancelled up a flow when a
-dependency failed), and announces their ids on <schema>:done (at most 390 a notification,
+dependency failed), and announces their ids on <schema>:done (at most 380 a notification,
 which fits any id) for waitFor and the event stream.';

@@ -1377,8 +1377,10 @@ CREATE FUNCTION tusk.fetch_jobs(p_count integer, p_lease_ms integer, p_queue tex
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
-  v_queue text := coalesce(p_queue, '');
-  v_tenant text := coalesce(p_tenant, '');
+  v_queue text := coalesce('=' || p_queue, '*');
+  v_tenant text := coalesce('=' || p_tenant, '*');
+  -- the lock of this queue and tenant's search (\x1f: no name has it)
+  v_lock integer := hashtext(v_queue || E'\x1f' || v_tenant);
   v_at timestamptz;
   v_last double precision;
   v_start timestamptz;
@@ -1392,8 +1394,7 @@ BEGIN
   IF v_at IS NULL OR v_last < 5
      OR ((clock_timestamp() < v_at
           OR clock_timestamp() >= v_at + least(10 * v_last, 60000) * interval '1 millisecond')
-         AND pg_try_advisory_xact_lock(hashtext('tusk' || ':lost-leases'),
-                                       hashtext(v_queue || '/' || v_tenant))) THEN
+         AND pg_try_advisory_xact_lock(hashtext('tusk' || ':lost-leases'), v_lock)) THEN
     v_start := clock_timestamp();
     v_lost := ARRAY(
       SELECT j.id FROM "tusk".jobs j
@@ -1402,8 +1403,7 @@ BEGIN
       LIMIT 100);
     v_ms := extract(epoch FROM clock_timestamp() - v_start) * 1000;
     IF (v_ms >= 5 OR coalesce(v_last, 0) >= 5)
-       AND pg_try_advisory_xact_lock(hashtext('tusk' || ':lost-leases'),
-                                     hashtext(v_queue || '/' || v_tenant)) THEN
+       AND pg_try_advisory_xact_lock(hashtext('tusk' || ':lost-leases'), v_lock) THEN
       INSERT INTO "tusk".fetch_searches (queue, tenant, at, ms) VALUES (v_queue, v_tenant, v_start, v_ms);
     END IF;
     PERFORM "tusk".requeue_lost(v_lost);
@@ -1460,7 +1460,7 @@ COMMENT ON FUNCTION tusk.finish_jobs(p_state tusk.job_state, p_jobs jsonb, p_asy
 was lost changes nothing): moves them to job_history with their result, errors, stats and
 progress (move_to_history), then settles their dependents (settle_dependents: counted down
 under row locks in id order, made available at zero, or cancelled up a flow when a
-dependency failed), and announces their ids on <schema>:done (at most 390 a notification,
+dependency failed), and announces their ids on <schema>:done (at most 380 a notification,
 which fits any id) for waitFor and the event stream.';
 
 --
@@ -1779,9 +1779,9 @@ BEGIN
   )
   SELECT array_agg(d.id) INTO v_ids FROM done d;
   IF v_ids IS NULL THEN RETURN NULL; END IF;
-  -- for waitFor(): the finished ids, at most 390 a notification (see above)
+  -- for waitFor(): the finished ids, at most 380 a notification (see above)
   PERFORM pg_notify('tusk' || ':done', string_agg(u.x::text, ',' ORDER BY u.n))
-  FROM unnest(v_ids) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 390;
+  FROM unnest(v_ids) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 380;
   RETURN v_ids;
 END $$;
 
@@ -1979,14 +1979,14 @@ END $$;
 --
 
 CREATE FUNCTION tusk.prune_fetch_searches() RETURNS integer
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
+    LANGUAGE plpgsql
     AS $$
 DECLARE
   v_n integer;
 BEGIN
   DELETE FROM "tusk".fetch_searches s
-  WHERE EXISTS (SELECT 1 FROM "tusk".fetch_searches n
+  WHERE s.at < now() - interval '1 minute' OR s.ms < 5
+     OR EXISTS (SELECT 1 FROM "tusk".fetch_searches n
                 WHERE n.queue = s.queue AND n.tenant = s.tenant AND n.seq > s.seq);
   GET DIAGNOSTICS v_n = ROW_COUNT;
   RETURN v_n;
@@ -2566,7 +2566,7 @@ BEGIN
   SELECT array_agg(set.id ORDER BY set.id) INTO v_set FROM set;
   IF v_set IS NULL THEN RETURN 0; END IF;
   PERFORM pg_notify('tusk' || ':progress', string_agg(u.x::text, ',' ORDER BY u.n))
-  FROM unnest(v_set) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 390;
+  FROM unnest(v_set) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 380;
   RETURN cardinality(v_set);
 END $$;
 

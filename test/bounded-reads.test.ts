@@ -188,18 +188,25 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
   // fetch_jobs gives back run-out leases itself (consumers may run with no Tusk process);
   // its search reads jobs_running too. Each queue and tenant asked for keeps a pace: every
   // fetch searches while a search is quick (under 5 ms), and after a slow one the next
-  // waits 10 times as long. The pace is set here as a slow search leaves it.
-  const pace = (queue: string, agoMs: number, searchMs: number) =>
-    db.pool.query(
-      `INSERT INTO ${s}.fetch_searches (queue, tenant, at, ms)
-       VALUES ($1, '', now() - $2 * interval '1 millisecond', $3)`,
-      [queue, agoMs, searchMs],
-    );
+  // waits 10 times as long. The pace is set here as a slow search leaves it, for a fetch
+  // of the queue and any tenant ('=' and the queue, '*'). Returns the record's seq.
+  const pace = async (queue: string, agoMs: number, searchMs: number) =>
+    (
+      await db.rows<{ seq: string }>(
+        `INSERT INTO $schema.fetch_searches (queue, tenant, at, ms)
+         VALUES ('=' || $1, '*', now() - $2 * interval '1 millisecond', $3) RETURNING seq::text`,
+        [queue, agoMs, searchMs],
+      )
+    )[0]?.seq;
   // a fetch of no job: the search and the promotion only
   const fetchNone = (queue: string, on: pg.ClientBase | pg.Pool = db.pool) =>
     on.query(`SELECT id FROM ${s}.fetch_jobs(0, 3600000, $1)`, [queue]);
-  const records = (queue: string) =>
-    db.rows<{ ms: number }>(`SELECT ms FROM $schema.fetch_searches WHERE queue = $1 ORDER BY seq`, [queue]);
+  /** The records of a fetch of `queue` (any tenant), after `since` if given. */
+  const records = (queue: string, since = '0') =>
+    db.rows<{ ms: number }>(
+      `SELECT ms FROM $schema.fetch_searches WHERE queue = '=' || $1 AND tenant = '*' AND seq > $2 ORDER BY seq`,
+      [queue, since],
+    );
 
   it('a quick search runs on every fetch; after a slow one, a run-out lease waits for the next search', async () => {
     const a = await leaseRunOut('fetch-paced-a');
@@ -218,16 +225,40 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
     const other = await leaseRunOut('fetch-paced-other');
     await fetchNone('fetch-paced-other');
     expect(await stateOf(other)).toBe('available');
-    await pace('fetch-paced-b', 10_500, 1000);
+    const last = await pace('fetch-paced-b', 10_500, 1000);
     await fetchNone('fetch-paced-b');
     expect(await stateOf(b)).toBe('available');
     // that search after a slow one recorded its own cost, which sets the next wait
-    const recorded = await records('fetch-paced-b');
-    expect(recorded).toHaveLength(4);
-    expect(recorded.at(-1)?.ms).toBeLessThan(1000);
-    // and the upkeep keeps the newest record of each queue and tenant only
+    const recorded = await records('fetch-paced-b', last);
+    expect(recorded).toHaveLength(1);
+    expect(recorded[0]?.ms).toBeLessThan(1000);
+  });
+
+  it('the upkeep deletes the records that no longer set a pace: replaced, older than a minute, or quick', async () => {
+    await pace('fetch-kept', 0, 50); // replaced by the next
+    await pace('fetch-kept', 0, 60);
+    await pace('fetch-old', 61_000, 50); // its wait is over whatever it was
+    await pace('fetch-quick', 0, 2); // every fetch searches anyway
     await db.pool.query(`SELECT ${s}.maintain()`);
-    expect(await records('fetch-paced-b')).toEqual([recorded.at(-1)]);
+    expect(await records('fetch-kept')).toEqual([{ ms: 60 }]);
+    expect(await records('fetch-old')).toEqual([]);
+    expect(await records('fetch-quick')).toEqual([]);
+  });
+
+  it("a fetch of all queues and one of a queue named '' keep their own paces", async () => {
+    const e = await leaseRunOut('fetch-paced-e');
+    // all queues: a slow search 10.5 s ago, so the next fetch of all queues is due
+    await db.pool.query(
+      `INSERT INTO ${s}.fetch_searches (queue, tenant, at, ms) VALUES ('*', '*', now() - interval '10500 milliseconds', 1000)`,
+    );
+    await fetchNone(''); // a queue no job has: its own pace, its own quick search
+    expect(await stateOf(e)).toBe('running');
+    const [all] = await db.rows<{ ms: number }>(
+      `SELECT ms FROM $schema.fetch_searches WHERE queue = '*' AND tenant = '*' ORDER BY seq DESC LIMIT 1`,
+    );
+    expect(all?.ms).toBe(1000); // the pace of all queues is where it was
+    await db.pool.query(`SELECT id FROM ${s}.fetch_jobs(0, 3600000)`); // all queues: due
+    expect(await stateOf(e)).toBe('available');
   });
 
   it('one fetch of a queue searches at a time: while another holds the search, a due fetch leaves the lease', async () => {
@@ -237,10 +268,10 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
     await other.connect();
     try {
       await other.query('BEGIN');
-      await other.query("SELECT pg_advisory_xact_lock(hashtext($1 || ':lost-leases'), hashtext($2 || '/'))", [
-        db.schema,
-        'fetch-paced-c',
-      ]);
+      await other.query(
+        "SELECT pg_advisory_xact_lock(hashtext($1 || ':lost-leases'), hashtext('=' || $2 || E'\\x1f' || '*'))",
+        [db.schema, 'fetch-paced-c'],
+      );
       await fetchNone('fetch-paced-c');
       expect(await stateOf(c)).toBe('running');
       await other.query('ROLLBACK');
