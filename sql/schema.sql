@@ -1464,6 +1464,79 @@ dependency failed), and announces their ids on <schema>:done (at most 380 a noti
 which fits any id) for waitFor and the event stream.';
 
 --
+-- Name: job_history; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.job_history (
+    id bigint NOT NULL,
+    tenant text NOT NULL,
+    queue text NOT NULL,
+    task text NOT NULL,
+    payload jsonb NOT NULL,
+    priority smallint NOT NULL,
+    state tusk.job_state NOT NULL,
+    attempts integer NOT NULL,
+    max_attempts integer NOT NULL,
+    concurrency_key text NOT NULL,
+    dedup_key text,
+    created_at timestamp with time zone NOT NULL,
+    run_at timestamp with time zone NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone,
+    wait_ms integer,
+    run_ms integer,
+    result jsonb,
+    errors jsonb,
+    stats jsonb,
+    source_type text,
+    source_id text,
+    source_method text,
+    retry jsonb,
+    progress jsonb,
+    depends_on bigint[],
+    on_dependency_failure text,
+    CONSTRAINT job_history_state_check CHECK ((state = ANY (ARRAY['succeeded'::tusk.job_state, 'dead'::tusk.job_state, 'cancelled'::tusk.job_state, 'expired'::tusk.job_state])))
+)
+PARTITION BY RANGE (finished_at);
+
+--
+-- Name: finished_jobs(text, integer, timestamp with time zone); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.finished_jobs(p_tenant text, p_limit integer, p_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF tusk.job_history
+    LANGUAGE plpgsql STABLE
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET jit TO 'off'
+    AS $$
+DECLARE
+  v_upto timestamptz := coalesce(p_before, 'infinity');
+  v_recent "tusk".job_history[];
+BEGIN
+  v_recent := ARRAY(
+    SELECT h FROM "tusk".job_history h
+    WHERE h.tenant = p_tenant AND h.finished_at < v_upto
+      AND h.finished_at >= coalesce(p_before, now()) - interval '1 day'
+    ORDER BY h.finished_at DESC LIMIT p_limit);
+  IF cardinality(v_recent) >= p_limit THEN
+    RETURN QUERY SELECT * FROM unnest(v_recent);
+  ELSE
+    RETURN QUERY SELECT h.* FROM "tusk".job_history h
+    WHERE h.tenant = p_tenant AND h.finished_at < v_upto
+    ORDER BY h.finished_at DESC LIMIT p_limit;
+  END IF;
+END $$;
+
+--
+-- Name: FUNCTION finished_jobs(p_tenant text, p_limit integer, p_before timestamp with time zone); Type: COMMENT; Schema: tusk; Owner: -
+--
+
+COMMENT ON FUNCTION tusk.finished_jobs(p_tenant text, p_limit integer, p_before timestamp with time zone) IS 'A tenant''s finished jobs, newest first, at most p_limit, finished before p_before if
+given. Reads the last day before p_before (or now) first, all partitions only when it
+holds fewer. A generic plan kept per connection: a custom plan over every day partition
+cost more to make than to run.';
+
+--
 -- Name: fire_schedule(text, timestamp with time zone, timestamp with time zone[], timestamp with time zone); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -2966,43 +3039,6 @@ CREATE TABLE tusk.job_deps (
     dependency bigint NOT NULL,
     dependent bigint NOT NULL
 );
-
---
--- Name: job_history; Type: TABLE; Schema: tusk; Owner: -
---
-
-CREATE TABLE tusk.job_history (
-    id bigint NOT NULL,
-    tenant text NOT NULL,
-    queue text NOT NULL,
-    task text NOT NULL,
-    payload jsonb NOT NULL,
-    priority smallint NOT NULL,
-    state tusk.job_state NOT NULL,
-    attempts integer NOT NULL,
-    max_attempts integer NOT NULL,
-    concurrency_key text NOT NULL,
-    dedup_key text,
-    created_at timestamp with time zone NOT NULL,
-    run_at timestamp with time zone NOT NULL,
-    started_at timestamp with time zone,
-    finished_at timestamp with time zone NOT NULL,
-    expires_at timestamp with time zone,
-    wait_ms integer,
-    run_ms integer,
-    result jsonb,
-    errors jsonb,
-    stats jsonb,
-    source_type text,
-    source_id text,
-    source_method text,
-    retry jsonb,
-    progress jsonb,
-    depends_on bigint[],
-    on_dependency_failure text,
-    CONSTRAINT job_history_state_check CHECK ((state = ANY (ARRAY['succeeded'::tusk.job_state, 'dead'::tusk.job_state, 'cancelled'::tusk.job_state, 'expired'::tusk.job_state])))
-)
-PARTITION BY RANGE (finished_at);
 
 --
 -- Name: job_history_default; Type: TABLE; Schema: tusk; Owner: -

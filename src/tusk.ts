@@ -548,12 +548,10 @@ export class Tusk<L extends TaskList = TaskList> {
         tenant: o.tenant ?? null,
       }),
     );
-    return rows.map((r) => ({
-      ...toClaimed(r),
-      token: r.lease_token,
-      payload: r.payload,
-      leaseUntil: r.lease_until,
-    }));
+    // Object.assign, not a spread: see summaryFields in client/jobs.ts
+    return rows.map((r) =>
+      Object.assign(toClaimed(r), { token: r.lease_token, payload: r.payload, leaseUntil: r.lease_until }),
+    );
   }
 
   /**

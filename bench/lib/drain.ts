@@ -5,8 +5,7 @@ import type pg from 'pg';
 import { statusDone } from './env.js';
 import { type FinalReport, startPeerWorker } from './peer-child.js';
 
-/** Times `n` calls of claim_jobs(NULL, 500, 30000), each in a transaction rolled back. */
-/** Claims timed by `timeClaims`, and the one take-up of the jobs inserted before them. */
+/** Claims timed by `timeClaims` in one schema, and the one take-up of the jobs inserted before them. */
 export interface ClaimTimes {
   /**
    * The first claim after a bulk insert takes the new jobs' (queue, tenant) pairs up once
@@ -17,26 +16,36 @@ export interface ClaimTimes {
   times: number[];
 }
 
-/** Times `n` claims of 500 jobs, each in a transaction rolled back (the backlog stays). */
-export async function timeClaims(pool: pg.Pool, schema: string, n: number): Promise<ClaimTimes> {
-  const client = await pool.connect();
-  const sql = `SELECT count(*) FROM "${schema}".claim_jobs(NULL, 500, 30000)`;
-  const times: number[] = [];
+/**
+ * Times `n` calls of claim_jobs(NULL, 500, 30000) in each schema, each in a transaction
+ * rolled back (the backlog stays), one connection per schema. With several schemas the
+ * calls alternate between them, so that what the server is doing meanwhile (its caches,
+ * a checkpoint, autovacuum) weighs on each alike: timed one case after the other, the
+ * same claim differed by 20 % between runs.
+ */
+export async function timeClaims(pool: pg.Pool, schemas: readonly string[], n: number): Promise<ClaimTimes[]> {
+  const clients = await Promise.all(schemas.map(() => pool.connect()));
   try {
-    const t0 = performance.now();
-    await client.query(`SELECT "${schema}".ready_pairs(NULL, NULL)`);
-    const takeUpMs = performance.now() - t0;
-    // one unmeasured call first: the session's plans are built on the first call
-    for (let i = -1; i < n; i++) {
-      await client.query('BEGIN');
-      const t1 = performance.now();
-      await client.query(sql);
-      if (i >= 0) times.push(performance.now() - t1);
-      await client.query('ROLLBACK');
+    const results: ClaimTimes[] = [];
+    for (const [k, schema] of schemas.entries()) {
+      const t0 = performance.now();
+      await clients[k]?.query(`SELECT "${schema}".ready_pairs(NULL, NULL)`);
+      results.push({ takeUpMs: performance.now() - t0, times: [] });
     }
-    return { takeUpMs, times };
+    // one unmeasured round first: the sessions' plans are built on their first call
+    for (let i = -1; i < n; i++) {
+      for (const [k, schema] of schemas.entries()) {
+        const client = clients[k] as pg.PoolClient;
+        await client.query('BEGIN');
+        const t1 = performance.now();
+        await client.query(`SELECT count(*) FROM "${schema}".claim_jobs(NULL, 500, 30000)`);
+        if (i >= 0) results[k]?.times.push(performance.now() - t1);
+        await client.query('ROLLBACK');
+      }
+    }
+    return results;
   } finally {
-    client.release();
+    for (const client of clients) client.release();
   }
 }
 

@@ -6,7 +6,7 @@ import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { renderTable } from '../../src/cli/table.js';
 import { dropSchema } from '../../src/migrate/migrate.js';
-import { type Drain, drainWithWorker, timeClaims } from '../lib/drain.js';
+import { type ClaimTimes, type Drain, drainWithWorker, timeClaims } from '../lib/drain.js';
 import { mean, percentile, saveResults, serverInfo, status, statusDone } from '../lib/env.js';
 import { Tusk } from '../lib/tusk.js';
 
@@ -45,7 +45,9 @@ interface CaseResult extends Drain {
   last100: Lookups;
 }
 
+/** The full case's schema; the empty case has its own, so that their claims can alternate. */
 const SCHEMA = 'bench_history';
+const EMPTY_SCHEMA = 'bench_history_empty';
 const DRAIN_TIMEOUT_MS = 600_000;
 const DAY_MS = 24 * 3600_000;
 /** Goals: drain and claim within 10 % of the empty tables', lookups under 5 ms. */
@@ -114,34 +116,42 @@ async function timeCalls(n: number, call: (i: number) => Promise<unknown>): Prom
   return times;
 }
 
-async function runCase(o: HistoryOptions, pool: pg.Pool, name: string): Promise<CaseResult> {
+/** Replaces the schema's unscheduled jobs by a backlog of `n` new ones. */
+async function fillBacklog(pool: pg.Pool, schema: string, n: number): Promise<void> {
+  await pool.query(`DELETE FROM "${schema}".jobs WHERE state <> 'scheduled'`);
+  await pool.query(
+    `INSERT INTO "${schema}".jobs (task, payload) SELECT 'noop', jsonb_build_object('n', g)
+     FROM generate_series(1, $1::int) g`,
+    [n],
+  );
+  await pool.query(`VACUUM ANALYZE "${schema}".jobs`);
+}
+
+/** A case's drain and lookups; its claims are timed apart, alternating with the other case's. */
+async function runCase(
+  o: HistoryOptions,
+  pool: pg.Pool,
+  name: string,
+  schema: string,
+): Promise<Omit<CaseResult, 'claimMsMean' | 'claimMsP50'>> {
   const say = (what: string) => status(`history · ${name} · ${what}`);
   say('filling the backlog');
-  await pool.query(`DELETE FROM "${SCHEMA}".jobs WHERE state <> 'scheduled'`);
-  await pool.query(
-    `INSERT INTO "${SCHEMA}".jobs (task, payload) SELECT 'noop', jsonb_build_object('n', g)
-     FROM generate_series(1, $1::int) g`,
-    [o.drain],
-  );
-  await pool.query(`VACUUM ANALYZE "${SCHEMA}".jobs`);
-  say(`timing ${o.claims} claims`);
-  const { times: claims } = await timeClaims(pool, SCHEMA, o.claims);
-  await pool.query(`VACUUM ANALYZE "${SCHEMA}".jobs`);
+  await fillBacklog(pool, schema, o.drain);
   // both cases drain from a checkpointed state: otherwise the fill's gigabytes of WAL are
   // still being checkpointed (and every page's first change logged whole) during the drain
   await pool.query('CHECKPOINT');
-  const drain = await drainWithWorker(o.url, SCHEMA, o.drain, DRAIN_TIMEOUT_MS, say);
+  const drain = await drainWithWorker(o.url, schema, o.drain, DRAIN_TIMEOUT_MS, say);
 
   say('timing getJob and last-100 queries');
   // ids to look up: half among the jobs just drained, half anywhere in the history
   const { rows } = await pool.query<{ lo: string; hi: string }>(
-    `SELECT min(id)::text AS lo, max(id)::text AS hi FROM "${SCHEMA}".job_history`,
+    `SELECT min(id)::text AS lo, max(id)::text AS hi FROM "${schema}".job_history`,
   );
   const [lo, hi] = [Number(rows[0]?.lo), Number(rows[0]?.hi)];
   const ids = Array.from({ length: o.lookups + 5 }, (_, i) =>
     String(Math.floor(i % 2 ? hi - Math.random() * o.drain : lo + Math.random() * (hi - lo))),
   );
-  const tusk = new Tusk({ connectionString: o.url, schema: SCHEMA, logger: false, maxConnections: 2 });
+  const tusk = new Tusk({ connectionString: o.url, schema, logger: false, maxConnections: 2 });
   try {
     const getJob = await timeCalls(o.lookups, (i) => tusk.getJob(ids[i] as string));
     const last100 = await timeCalls(o.lookups, (i) =>
@@ -149,14 +159,12 @@ async function runCase(o: HistoryOptions, pool: pg.Pool, name: string): Promise<
     );
     return {
       name,
-      historyRows: await count(pool, `SELECT count(*) AS n FROM "${SCHEMA}".job_history`),
-      scheduledJobs: await count(pool, `SELECT count(*) AS n FROM "${SCHEMA}".jobs WHERE state = 'scheduled'`),
+      historyRows: await count(pool, `SELECT count(*) AS n FROM "${schema}".job_history`),
+      scheduledJobs: await count(pool, `SELECT count(*) AS n FROM "${schema}".jobs WHERE state = 'scheduled'`),
       partitions: await count(
         pool,
-        `SELECT count(*) AS n FROM pg_inherits WHERE inhparent = '"${SCHEMA}".job_history'::regclass`,
+        `SELECT count(*) AS n FROM pg_inherits WHERE inhparent = '"${schema}".job_history'::regclass`,
       ),
-      claimMsMean: mean(claims),
-      claimMsP50: percentile(claims, 50) ?? Number.NaN,
       getJob: summary(getJob),
       last100: summary(last100),
       ...drain,
@@ -170,19 +178,29 @@ const fixed = (v: number) => (v < 10 ? Number(v.toFixed(2)) : Math.round(v));
 
 export async function history(o: HistoryOptions): Promise<boolean> {
   const pool = new pg.Pool({ connectionString: o.url, max: 4 });
-  const tusk = new Tusk({ connectionString: o.url, schema: SCHEMA, logger: false });
   try {
     status('history · setting up');
-    await dropSchema(pool, SCHEMA);
-    await tusk.migrate();
-    await tusk.close();
-    const empty = await runCase(o, pool, 'empty');
-    // the first case's jobs are history now: start the full case from empty tables again
-    await pool.query(`TRUNCATE "${SCHEMA}".job_history, "${SCHEMA}".jobs`);
+    for (const schema of [EMPTY_SCHEMA, SCHEMA]) {
+      await dropSchema(pool, schema);
+      const tusk = new Tusk({ connectionString: o.url, schema, logger: false });
+      await tusk.migrate();
+      await tusk.close();
+    }
+    const emptyCase = await runCase(o, pool, 'empty', EMPTY_SCHEMA);
     const t0 = performance.now();
     await fill(pool, o, (line) => status(`history · filling · ${line}`));
     const fillMs = performance.now() - t0;
-    const full = await runCase(o, pool, 'full');
+    const fullCase = await runCase(o, pool, 'full', SCHEMA);
+    status(`history · timing ${o.claims} claims in each case, alternating`);
+    await fillBacklog(pool, EMPTY_SCHEMA, o.drain);
+    await fillBacklog(pool, SCHEMA, o.drain);
+    const [emptyClaims, fullClaims] = await timeClaims(pool, [EMPTY_SCHEMA, SCHEMA], o.claims);
+    const claimStats = (t: ClaimTimes | undefined) => ({
+      claimMsMean: t ? mean(t.times) : Number.NaN,
+      claimMsP50: (t && percentile(t.times, 50)) ?? Number.NaN,
+    });
+    const empty: CaseResult = { ...emptyCase, ...claimStats(emptyClaims) };
+    const full: CaseResult = { ...fullCase, ...claimStats(fullClaims) };
     const server = await serverInfo(o.url);
 
     console.log(
@@ -242,7 +260,7 @@ export async function history(o: HistoryOptions): Promise<boolean> {
     console.log();
     for (const [line, ok] of goals) console.log(`${ok ? 'met   ' : 'MISSED'}  ${line}`);
     console.log(
-      `\nClaims: ${o.claims} calls after one unmeasured one, each in a transaction rolled back, after one committed take-up of the backlog. Lookups: ` +
+      `\nClaims: ${o.claims} calls in each case after one unmeasured one, alternating between the cases (both tables in place, each with a backlog of ${o.drain.toLocaleString('en')}), each in a transaction rolled back, after one committed take-up of the backlog. Lookups: ` +
         `${o.lookups} of each, half of recent jobs (drained) and half of any history row; last-100 alternates ` +
         `the drained tenant with the history's ${o.tenants} tenants.`,
     );
@@ -251,8 +269,7 @@ export async function history(o: HistoryOptions): Promise<boolean> {
     return goals.every(([, ok]) => ok);
   } finally {
     statusDone();
-    await tusk.close().catch(() => {});
-    await dropSchema(pool, SCHEMA).catch(() => {});
+    for (const schema of [EMPTY_SCHEMA, SCHEMA]) await dropSchema(pool, schema).catch(() => {});
     await pool.end();
   }
 }

@@ -64,7 +64,9 @@ async function runCase(o: ScalingOptions, pool: pg.Pool, backlog: number): Promi
   const historyRows = Number(rows[0]?.n);
 
   say(`timing ${o.claims} claims`);
-  const { takeUpMs, times: claims } = await timeClaims(pool, SCHEMA, o.claims);
+  const [timed] = await timeClaims(pool, [SCHEMA], o.claims);
+  if (!timed) throw new Error('no claims timed');
+  const { takeUpMs, times: claims } = timed;
   // the rolled-back claims left dead row versions behind
   await pool.query(`VACUUM ANALYZE "${SCHEMA}".jobs`);
 

@@ -39,16 +39,10 @@ export async function updateRetention(
   ]);
 }
 
-/** How far back the first, cheap look at a tenant's finished jobs goes. */
-const RECENT_MS = 24 * 3600_000;
-
 /**
- * A tenant's finished jobs, newest first, finished before `before` if given. First the
- * last day before `before` (or now): its one or two day partitions, pruned at execution,
- * hold the newest `limit` jobs of any busy tenant. Only when they hold fewer, every
- * partition (before `before`): one probe of job_history_tenant (tenant, finished_at
- * DESC) each. Prepared statements, one per form: planning over every day partition costs
- * more than running the query.
+ * A tenant's finished jobs, newest first, finished before `before` if given (see
+ * finished_jobs in sql/: the last day first, every partition only when it holds fewer
+ * than `limit`, on a plan the connection keeps).
  */
 export async function selectFinishedJobs(
   db: PreparedQueryable,
@@ -57,30 +51,10 @@ export async function selectFinishedJobs(
   limit: number,
   before: Date | null,
 ): Promise<JobRow[]> {
-  const since = new Date((before ?? new Date()).getTime() - RECENT_MS);
-  const recent = await finishedJobs(db, schema, tenant, limit, before, since);
-  if (recent.length >= limit) return recent;
-  return finishedJobs(db, schema, tenant, limit, before, null);
-}
-
-async function finishedJobs(
-  db: PreparedQueryable,
-  schema: string,
-  tenant: string,
-  limit: number,
-  before: Date | null,
-  since: Date | null,
-): Promise<JobRow[]> {
-  const values: unknown[] = [tenant, limit];
-  const bounds: string[] = [];
-  if (before) bounds.push(`AND finished_at < $${values.push(before)}`);
-  if (since) bounds.push(`AND finished_at >= $${values.push(since)}`);
   const { rows } = await db.query<JobRow>({
-    name: `tusk_finished_${before ? 'before_' : ''}${since ? 'since_' : ''}${schema}`,
-    text: `SELECT ${FINISHED_COLUMNS} FROM ${ident(schema)}.job_history
-           WHERE tenant = $1 ${bounds.join(' ')}
-           ORDER BY finished_at DESC LIMIT $2`,
-    values,
+    name: `tusk_finished_${schema}`,
+    text: `SELECT ${FINISHED_COLUMNS} FROM ${ident(schema)}.finished_jobs($1, $2, $3)`,
+    values: [tenant, limit, before],
   });
   return rows;
 }
