@@ -149,4 +149,23 @@ describe('least-privilege roles', () => {
     await denied(c.query(`INSERT INTO ${s}.api_tokens (name, token_hash, prefix) VALUES ('x', '\\x01', 'x')`));
     await denied(c.query(`CREATE TABLE ${s}.sneaky (x int)`));
   });
+
+  it("what a later migration creates is the API role's at once, and no other role's", async () => {
+    const s = `"${db.schema}"`;
+    // as a migration would, as the schema's owner, after the roles were made
+    await db.pool.query(`CREATE TABLE ${s}.later_table (id bigserial PRIMARY KEY, x int)`);
+    await db.pool.query(`CREATE FUNCTION ${s}.later_function() RETURNS int LANGUAGE sql AS 'SELECT 1'`);
+    await db.pool.query(`REVOKE EXECUTE ON FUNCTION ${s}.later_function() FROM PUBLIC`);
+    const api = await client(logins.api);
+    await api.query(`INSERT INTO ${s}.later_table (x) VALUES (1)`);
+    await api.query(`UPDATE ${s}.later_table SET x = 2`);
+    expect((await api.query(`SELECT x FROM ${s}.later_table`)).rows).toEqual([{ x: 2 }]);
+    await api.query(`DELETE FROM ${s}.later_table`);
+    expect((await api.query(`SELECT ${s}.later_function() AS one`)).rows).toEqual([{ one: 1 }]);
+    for (const login of [logins.producer, logins.worker]) {
+      const other = await client(login);
+      await denied(other.query(`SELECT x FROM ${s}.later_table`));
+      await denied(other.query(`SELECT ${s}.later_function()`));
+    }
+  });
 });

@@ -10,8 +10,9 @@ export function roleNames(prefix: string): { producer: string; worker: string; a
  * Creates (if missing) the three NOLOGIN roles and grants them what they need on
  * `schema`, nothing more (the functions they call that run as the schema's owner are
  * listed in "API tokens and roles", the last part of sql/000030_baseline.sql).
- * Idempotent: run it again after an upgrade, so that new tables and functions are
- * granted too. Needs CREATEROLE and the schema's ownership (or a superuser).
+ * What migrations create later as the schema's owner is granted to the API role as it is
+ * created (the owner's default privileges). Idempotent. Needs CREATEROLE and the schema's
+ * ownership (or a superuser).
  */
 export async function createRoles(db: Queryable, schema: string, prefix: string): Promise<void> {
   const s = ident(schema);
@@ -39,4 +40,18 @@ export async function createRoles(db: Queryable, schema: string, prefix: string)
     REVOKE INSERT, UPDATE, DELETE ON ${s}.migrations FROM ${api};
     GRANT USAGE ON ALL SEQUENCES IN SCHEMA ${s} TO ${api};
     GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${s} TO ${api};`);
+  // What later migrations create, run as the schema's owner, is the API role's as it is
+  // created: without this, an upgrade that added a table left the upkeep failing on it
+  // until this ran again.
+  const { rows } = await db.query<{ owner: string }>(
+    'SELECT nspowner::regrole::text AS owner FROM pg_namespace WHERE nspname = $1',
+    [schema],
+  );
+  const owner = rows[0]?.owner;
+  if (owner === undefined) throw new Error(`schema "${schema}" does not exist`);
+  const future = `ALTER DEFAULT PRIVILEGES FOR ROLE ${owner} IN SCHEMA ${s}`;
+  await db.query(`
+    ${future} GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO ${api};
+    ${future} GRANT USAGE ON SEQUENCES TO ${api};
+    ${future} GRANT EXECUTE ON FUNCTIONS TO ${api};`);
 }
