@@ -18,10 +18,21 @@ export async function createRoles(db: Queryable, schema: string, prefix: string)
   const s = ident(schema);
   const r = roleNames(prefix);
   const [producer, worker, api] = [ident(r.producer), ident(r.worker), ident(r.api)];
+  const { rows } = await db.query<{ owner: string }>(
+    'SELECT nspowner::regrole::text AS owner FROM pg_namespace WHERE nspname = $1',
+    [schema],
+  );
+  const owner = rows[0]?.owner;
+  if (owner === undefined) throw new Error(`schema "${schema}" does not exist`);
   const create = (name: string) =>
     `IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = ${literal(name)}) THEN
        CREATE ROLE ${ident(name)} NOLOGIN; END IF;`;
   await db.query(`DO $$ BEGIN ${create(r.producer)} ${create(r.worker)} ${create(r.api)} END $$`);
+  // What later migrations create as the schema's owner is the API role's as it is created
+  // (the owner's default privileges): without it, an upgrade that added a table left the
+  // upkeep failing on it until this ran again. Migrations run by another role get nothing
+  // from it (the docs say to run this again then). One string: one transaction.
+  const future = `ALTER DEFAULT PRIVILEGES FOR ROLE ${owner} IN SCHEMA ${s}`;
   await db.query(`
     GRANT USAGE ON SCHEMA ${s} TO ${producer}, ${worker}, ${api};
     -- producers: enqueue (jobs, staging, the dedup and dependency paths), read jobs and history, check the
@@ -39,18 +50,7 @@ export async function createRoles(db: Queryable, schema: string, prefix: string)
     REVOKE ALL ON ${s}.api_tokens FROM ${api};
     REVOKE INSERT, UPDATE, DELETE ON ${s}.migrations FROM ${api};
     GRANT USAGE ON ALL SEQUENCES IN SCHEMA ${s} TO ${api};
-    GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${s} TO ${api};`);
-  // What later migrations create, run as the schema's owner, is the API role's as it is
-  // created: without this, an upgrade that added a table left the upkeep failing on it
-  // until this ran again.
-  const { rows } = await db.query<{ owner: string }>(
-    'SELECT nspowner::regrole::text AS owner FROM pg_namespace WHERE nspname = $1',
-    [schema],
-  );
-  const owner = rows[0]?.owner;
-  if (owner === undefined) throw new Error(`schema "${schema}" does not exist`);
-  const future = `ALTER DEFAULT PRIVILEGES FOR ROLE ${owner} IN SCHEMA ${s}`;
-  await db.query(`
+    GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${s} TO ${api};
     ${future} GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO ${api};
     ${future} GRANT USAGE ON SEQUENCES TO ${api};
     ${future} GRANT EXECUTE ON FUNCTIONS TO ${api};`);

@@ -11,7 +11,9 @@ export function rolesCommand(program: Command): void {
     .command('create')
     .description(
       'create (or update) the NOLOGIN roles <prefix>_producer, <prefix>_worker and <prefix>_api with what each ' +
-        'needs on the schema; run it again after `tusk migrate`. Needs CREATEROLE and the schema owner',
+        'needs on the schema (what later migrations create as the schema owner goes to the API role too; run it ' +
+        'again after a `tusk migrate` run by another role, or for the producer and worker roles after an ' +
+        'upgrade). Needs CREATEROLE and the schema owner',
     )
     .option('--prefix <name>', 'the roles’ prefix (default: the schema name)')
     .action(async (options: { prefix?: string }, command: Command) => {
