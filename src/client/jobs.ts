@@ -16,7 +16,7 @@ export function jobId(id: unknown, field = 'id'): string {
 /**
  * The fields a listed job and a read job share, from the columns they share. Callers add
  * theirs with Object.assign: a literal spreading it before a dozen more fields took 30 µs
- * a job in V8 (a list of 100 jobs, 3 ms), Object.assign 0.4 µs.
+ * a job in V8 (a list of 100 jobs, 3 ms), Object.assign under 1 µs.
  */
 function summaryFields(r: Omit<JobSummaryRow, 'error'>): Omit<JobSummary, 'error'> {
   return {
