@@ -1379,38 +1379,67 @@ CREATE FUNCTION tusk.fetch_jobs(p_count integer, p_lease_ms integer, p_queue tex
 DECLARE
   v_queue text := coalesce('=' || p_queue, '*');
   v_tenant text := coalesce('=' || p_tenant, '*');
-  -- the lock of this queue and tenant's search (\x1f: no name has it)
+  -- the turn of this queue and tenant's search (\x1f: no name has it)
+  v_leases integer := hashtext('tusk' || ':lost-leases');
   v_lock integer := hashtext(v_queue || E'\x1f' || v_tenant);
-  v_at timestamptz;
-  v_last double precision;
+  v_due integer := hashtext('tusk' || ':due-jobs');
+  v_turn record;
   v_start timestamptz;
-  v_ms double precision;
   v_lost bigint[];
 BEGIN
-  SELECT s.at, s.ms INTO v_at, v_last FROM "tusk".fetch_searches s
-  WHERE s.queue = v_queue AND s.tenant = v_tenant ORDER BY s.seq DESC LIMIT 1;
-  -- due: no slow search, or the wait after one over (a clock gone back counts as over)
-  -- and no other fetch of this queue and tenant searching
-  IF v_at IS NULL OR v_last < 5
-     OR ((clock_timestamp() < v_at
-          OR clock_timestamp() >= v_at + least(10 * v_last, 60000) * interval '1 millisecond')
-         AND pg_try_advisory_xact_lock(hashtext('tusk' || ':lost-leases'), v_lock)) THEN
+  v_turn := "tusk".fetch_turn(v_queue, v_tenant, v_leases, v_lock);
+  IF v_turn.due THEN
     v_start := clock_timestamp();
     v_lost := ARRAY(
       SELECT j.id FROM "tusk".jobs j
       WHERE j.state = 'running' AND j.lease_until < now()
         AND (p_queue IS NULL OR j.queue = p_queue) AND (p_tenant IS NULL OR j.tenant = p_tenant)
       LIMIT 100);
-    v_ms := extract(epoch FROM clock_timestamp() - v_start) * 1000;
-    IF (v_ms >= 5 OR coalesce(v_last, 0) >= 5)
-       AND pg_try_advisory_xact_lock(hashtext('tusk' || ':lost-leases'), v_lock) THEN
-      INSERT INTO "tusk".fetch_searches (queue, tenant, at, ms) VALUES (v_queue, v_tenant, v_start, v_ms);
-    END IF;
+    PERFORM "tusk".fetch_record(v_queue, v_tenant, v_leases, v_lock, v_start, v_turn.last);
     PERFORM "tusk".requeue_lost(v_lost);
   END IF;
-  PERFORM "tusk".promote_due_jobs(1000);
+  v_turn := "tusk".fetch_turn('!promote', '*', v_due, 0);
+  IF v_turn.due THEN
+    v_start := clock_timestamp();
+    PERFORM "tusk".promote_due_jobs(1000);
+    PERFORM "tusk".fetch_record('!promote', '*', v_due, 0, v_start, v_turn.last);
+  END IF;
   RETURN QUERY SELECT * FROM "tusk".claim_jobs(NULL, p_count, p_lease_ms,
     CASE WHEN p_queue IS NULL THEN NULL ELSE ARRAY[p_queue] END, p_tenant);
+END $$;
+
+--
+-- Name: fetch_record(text, text, integer, integer, timestamp with time zone, double precision); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.fetch_record(p_queue text, p_tenant text, p_space integer, p_key integer, p_start timestamp with time zone, p_last double precision) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_ms double precision := extract(epoch FROM clock_timestamp() - p_start) * 1000;
+BEGIN
+  IF (v_ms >= 5 OR coalesce(p_last, 0) >= 5) AND pg_try_advisory_xact_lock(p_space, p_key) THEN
+    INSERT INTO "tusk".fetch_searches (queue, tenant, at, ms) VALUES (p_queue, p_tenant, p_start, v_ms);
+  END IF;
+END $$;
+
+--
+-- Name: fetch_turn(text, text, integer, integer); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.fetch_turn(p_queue text, p_tenant text, p_space integer, p_key integer, OUT due boolean, OUT last double precision) RETURNS record
+    LANGUAGE plpgsql
+    SET jit TO 'off'
+    AS $$
+DECLARE
+  v_at timestamptz;
+BEGIN
+  SELECT s.at, s.ms INTO v_at, last FROM "tusk".fetch_searches s
+  WHERE s.queue = p_queue AND s.tenant = p_tenant ORDER BY s.seq DESC LIMIT 1;
+  due := v_at IS NULL OR last < 5
+    OR ((clock_timestamp() < v_at
+         OR clock_timestamp() >= v_at + least(10 * last, 60000) * interval '1 millisecond')
+        AND pg_try_advisory_xact_lock(p_space, p_key));
 END $$;
 
 --

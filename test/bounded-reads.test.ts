@@ -282,6 +282,42 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
     }
   });
 
+  it('the promotion of due jobs is paced the same way, for every fetch; the upkeep promotes whatever the pace', async () => {
+    // a delayed job that came due a second ago
+    const due = async () =>
+      (
+        await db.rows<{ id: string }>(
+          `INSERT INTO $schema.jobs (task, payload, queue, tenant, state, run_at)
+           VALUES ('work', 'null', 'promote-paced', 'a', 'scheduled', now() - interval '1 second') RETURNING id::text`,
+        )
+      )[0]?.id;
+    const promotion = (agoMs: number, ms: number) =>
+      db.pool.query(
+        `INSERT INTO ${s}.fetch_searches (queue, tenant, at, ms)
+         VALUES ('!promote', '*', now() - $1 * interval '1 millisecond', $2)`,
+        [agoMs, ms],
+      );
+    // the wait after a slow promotion over (whatever earlier fetches recorded): due, of any queue
+    await promotion(10_500, 1000);
+    const a = await due();
+    await fetchNone('promote-paced-other');
+    expect(await stateOf(a)).toBe('available');
+
+    await promotion(0, 1000); // a promotion of 1 s just now: the next one in 10 s
+    const b = await due();
+    await fetchNone('promote-paced-other');
+    await db.pool.query(`SELECT id FROM ${s}.fetch_jobs(0, 3600000)`); // nor a fetch of all queues
+    expect(await stateOf(b)).toBe('scheduled');
+    await promotion(10_500, 1000);
+    await fetchNone('promote-paced-other');
+    expect(await stateOf(b)).toBe('available');
+
+    await promotion(0, 1000);
+    const c = await due();
+    await db.pool.query(`SELECT ${s}.maintain()`);
+    expect(await stateOf(c)).toBe('available');
+  });
+
   it("the upkeep does not wait for a consumer's open transaction that fetched and recorded its search", async () => {
     const d = await leaseRunOut('fetch-paced-d');
     await pace('fetch-paced-d', 10_500, 1000);
