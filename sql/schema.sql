@@ -1383,11 +1383,17 @@ DECLARE
   v_leases integer := hashtext('tusk' || ':lost-leases');
   v_lock integer := hashtext(v_queue || E'\x1f' || v_tenant);
   v_due integer := hashtext('tusk' || ':due-jobs');
+  -- set once this session has fetched: its first promotion's time includes making its
+  -- plans, and that promotion's pace would be every fetch's
+  v_setting text := 'tusk.fetched_' || md5('tusk');
+  v_warm boolean := current_setting(v_setting, true) IS NOT DISTINCT FROM 'on';
   v_turn record;
   v_start timestamptz;
+  v_ms double precision;
   v_lost bigint[];
+  v_promoted integer;
 BEGIN
-  v_turn := "tusk".fetch_turn(v_queue, v_tenant, v_leases, v_lock);
+  v_turn := "tusk".fetch_turn(v_queue, v_tenant, v_leases, v_lock, 5);
   IF v_turn.due THEN
     v_start := clock_timestamp();
     v_lost := ARRAY(
@@ -1395,39 +1401,46 @@ BEGIN
       WHERE j.state = 'running' AND j.lease_until < now()
         AND (p_queue IS NULL OR j.queue = p_queue) AND (p_tenant IS NULL OR j.tenant = p_tenant)
       LIMIT 100);
-    PERFORM "tusk".fetch_record(v_queue, v_tenant, v_leases, v_lock, v_start, v_turn.last);
+    v_ms := extract(epoch FROM clock_timestamp() - v_start) * 1000;
+    PERFORM "tusk".fetch_record(v_queue, v_tenant, v_leases, v_lock, 5, v_start, v_ms, v_turn.last);
     PERFORM "tusk".requeue_lost(v_lost);
   END IF;
-  v_turn := "tusk".fetch_turn('!promote', '*', v_due, 0);
+  v_turn := "tusk".fetch_turn('!promote', '*', v_due, 0, 20);
   IF v_turn.due THEN
     v_start := clock_timestamp();
-    PERFORM "tusk".promote_due_jobs(1000);
-    PERFORM "tusk".fetch_record('!promote', '*', v_due, 0, v_start, v_turn.last);
+    v_promoted := "tusk".promote_due_jobs(1000);
+    -- a whole batch: the time went to the jobs promoted, and more may be due
+    v_ms := CASE WHEN v_promoted >= 1000 THEN 0
+                 ELSE extract(epoch FROM clock_timestamp() - v_start) * 1000 END;
+    IF v_warm THEN
+      PERFORM "tusk".fetch_record('!promote', '*', v_due, 0, 20, v_start, v_ms, v_turn.last);
+    END IF;
+  END IF;
+  IF NOT v_warm THEN
+    PERFORM set_config(v_setting, 'on', false);
   END IF;
   RETURN QUERY SELECT * FROM "tusk".claim_jobs(NULL, p_count, p_lease_ms,
     CASE WHEN p_queue IS NULL THEN NULL ELSE ARRAY[p_queue] END, p_tenant);
 END $$;
 
 --
--- Name: fetch_record(text, text, integer, integer, timestamp with time zone, double precision); Type: FUNCTION; Schema: tusk; Owner: -
+-- Name: fetch_record(text, text, integer, integer, double precision, timestamp with time zone, double precision, double precision); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
-CREATE FUNCTION tusk.fetch_record(p_queue text, p_tenant text, p_space integer, p_key integer, p_start timestamp with time zone, p_last double precision) RETURNS void
+CREATE FUNCTION tusk.fetch_record(p_queue text, p_tenant text, p_space integer, p_key integer, p_slow_ms double precision, p_at timestamp with time zone, p_ms double precision, p_last double precision) RETURNS void
     LANGUAGE plpgsql
     AS $$
-DECLARE
-  v_ms double precision := extract(epoch FROM clock_timestamp() - p_start) * 1000;
 BEGIN
-  IF (v_ms >= 5 OR coalesce(p_last, 0) >= 5) AND pg_try_advisory_xact_lock(p_space, p_key) THEN
-    INSERT INTO "tusk".fetch_searches (queue, tenant, at, ms) VALUES (p_queue, p_tenant, p_start, v_ms);
+  IF (p_ms >= p_slow_ms OR coalesce(p_last, 0) >= p_slow_ms) AND pg_try_advisory_xact_lock(p_space, p_key) THEN
+    INSERT INTO "tusk".fetch_searches (queue, tenant, at, ms) VALUES (p_queue, p_tenant, p_at, p_ms);
   END IF;
 END $$;
 
 --
--- Name: fetch_turn(text, text, integer, integer); Type: FUNCTION; Schema: tusk; Owner: -
+-- Name: fetch_turn(text, text, integer, integer, double precision); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
-CREATE FUNCTION tusk.fetch_turn(p_queue text, p_tenant text, p_space integer, p_key integer, OUT due boolean, OUT last double precision) RETURNS record
+CREATE FUNCTION tusk.fetch_turn(p_queue text, p_tenant text, p_space integer, p_key integer, p_slow_ms double precision, OUT due boolean, OUT last double precision) RETURNS record
     LANGUAGE plpgsql
     SET jit TO 'off'
     AS $$
@@ -1436,7 +1449,7 @@ DECLARE
 BEGIN
   SELECT s.at, s.ms INTO v_at, last FROM "tusk".fetch_searches s
   WHERE s.queue = p_queue AND s.tenant = p_tenant ORDER BY s.seq DESC LIMIT 1;
-  due := v_at IS NULL OR last < 5
+  due := v_at IS NULL OR last < p_slow_ms
     OR ((clock_timestamp() < v_at
          OR clock_timestamp() >= v_at + least(10 * last, 60000) * interval '1 millisecond')
         AND pg_try_advisory_xact_lock(p_space, p_key));
@@ -3042,6 +3055,13 @@ CREATE TABLE tusk.fetch_searches (
     at timestamp with time zone NOT NULL,
     ms double precision NOT NULL
 );
+
+--
+-- Name: COLUMN fetch_searches.queue; Type: COMMENT; Schema: tusk; Owner: -
+--
+
+COMMENT ON COLUMN tusk.fetch_searches.queue IS 'The queue of the fetches whose search this paces: ''='' and the name, ''*'' for all, or
+''!promote'' for every fetch''s promotion of due jobs.';
 
 --
 -- Name: fetch_searches_seq_seq; Type: SEQUENCE; Schema: tusk; Owner: -

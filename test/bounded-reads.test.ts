@@ -318,6 +318,62 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
     expect(await stateOf(c)).toBe('available');
   });
 
+  it("a session's first fetch records no promotion pace: its time includes making the session's plans", async () => {
+    await db.pool.query(
+      `INSERT INTO ${s}.fetch_searches (queue, tenant, at, ms)
+       VALUES ('!promote', '*', now() - interval '10500 milliseconds', 1000)`,
+    );
+    const count = async () =>
+      Number(
+        (await db.rows<{ n: string }>(`SELECT count(*) AS n FROM $schema.fetch_searches WHERE queue = '!promote'`))[0]
+          ?.n,
+      );
+    const before = await count();
+    const c = new pg.Client({ connectionString: db.url });
+    await c.connect();
+    try {
+      await fetchNone('promote-first', c); // due, promotes; records nothing
+      expect(await count()).toBe(before);
+      await fetchNone('promote-first', c); // due still: records its own, quick after a slow one
+      expect(await count()).toBe(before + 1);
+    } finally {
+      await c.end();
+    }
+  });
+
+  it('a promotion of a whole batch is not slow: the next fetch promotes the rest', async () => {
+    const c = new pg.Client({ connectionString: db.url });
+    await c.connect();
+    try {
+      // a session's first fetch records no promotion pace (its time includes its plans)
+      await fetchNone('promote-batch-other', c);
+      await db.pool.query(
+        `INSERT INTO ${s}.jobs (task, payload, queue, tenant, state, run_at)
+         SELECT 'work', 'null', 'promote-batch', 'a', 'scheduled', now() - interval '1 second'
+         FROM generate_series(1, 1500)`,
+      );
+      // the wait after a slow promotion over
+      await db.pool.query(
+        `INSERT INTO ${s}.fetch_searches (queue, tenant, at, ms)
+         VALUES ('!promote', '*', now() - interval '10500 milliseconds', 1000)`,
+      );
+      const scheduled = async () =>
+        Number(
+          (
+            await db.rows<{ n: string }>(
+              `SELECT count(*) AS n FROM $schema.jobs WHERE queue = 'promote-batch' AND state = 'scheduled'`,
+            )
+          )[0]?.n,
+        );
+      await fetchNone('promote-batch-other', c); // 1 000 of them, however long it took
+      expect(await scheduled()).toBe(500);
+      await fetchNone('promote-batch-other', c);
+      expect(await scheduled()).toBe(0);
+    } finally {
+      await c.end();
+    }
+  });
+
   it("the upkeep does not wait for a consumer's open transaction that fetched and recorded its search", async () => {
     const d = await leaseRunOut('fetch-paced-d');
     await pace('fetch-paced-d', 10_500, 1000);
