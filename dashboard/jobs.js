@@ -258,13 +258,14 @@ export function jobs({ params, who, navigate, toast }) {
   /** Deletes the selected jobs that are not running, with their records. */
   async function removeSelected() {
     const targets = rows.filter((j) => selected.has(j.id) && j.state !== 'running');
+    // counted now: a refresh while the deletes run drops the deleted jobs from the selection
+    const running = selected.size - targets.length;
     if (targets.length === 0) return;
     if (!confirm(`Delete ${plural(targets.length, 'job')} and their records? This cannot be undone.`)) return;
     const results = await Promise.allSettled(
       targets.map((j) => api(`api/jobs/${encodeURIComponent(j.id)}`, { method: 'DELETE' })),
     );
     const failed = results.filter((r) => r.status === 'rejected').length;
-    const running = selected.size - targets.length;
     const parts = [
       `${plural(results.length - failed, 'job')} deleted`,
       running ? `${int(running)} running, left (cancel them)` : '',
