@@ -208,6 +208,14 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
       [queue, since],
     );
 
+  /** The promotion's pace (one for every fetch, key '!promote'), set as a promotion of `ms` `agoMs` ago leaves it. */
+  const promotion = (agoMs: number, ms: number) =>
+    db.pool.query(
+      `INSERT INTO ${s}.fetch_searches (queue, tenant, at, ms)
+       VALUES ('!promote', '*', now() - $1 * interval '1 millisecond', $2)`,
+      [agoMs, ms],
+    );
+
   it('a quick search runs on every fetch; after a slow one, a run-out lease waits for the next search', async () => {
     const a = await leaseRunOut('fetch-paced-a');
     await pace('fetch-paced-a', 0, 2);
@@ -291,12 +299,6 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
            VALUES ('work', 'null', 'promote-paced', 'a', 'scheduled', now() - interval '1 second') RETURNING id::text`,
         )
       )[0]?.id;
-    const promotion = (agoMs: number, ms: number) =>
-      db.pool.query(
-        `INSERT INTO ${s}.fetch_searches (queue, tenant, at, ms)
-         VALUES ('!promote', '*', now() - $1 * interval '1 millisecond', $2)`,
-        [agoMs, ms],
-      );
     // the wait after a slow promotion over (whatever earlier fetches recorded): due, of any queue
     await promotion(10_500, 1000);
     const a = await due();
@@ -319,10 +321,7 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
   });
 
   it("a session's first fetch records no promotion pace: its time includes making the session's plans", async () => {
-    await db.pool.query(
-      `INSERT INTO ${s}.fetch_searches (queue, tenant, at, ms)
-       VALUES ('!promote', '*', now() - interval '10500 milliseconds', 1000)`,
-    );
+    await promotion(10_500, 1000);
     const count = async () =>
       Number(
         (await db.rows<{ n: string }>(`SELECT count(*) AS n FROM $schema.fetch_searches WHERE queue = '!promote'`))[0]
@@ -353,10 +352,7 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
          FROM generate_series(1, 1500)`,
       );
       // the wait after a slow promotion over
-      await db.pool.query(
-        `INSERT INTO ${s}.fetch_searches (queue, tenant, at, ms)
-         VALUES ('!promote', '*', now() - interval '10500 milliseconds', 1000)`,
-      );
+      await promotion(10_500, 1000);
       const scheduled = async () =>
         Number(
           (
