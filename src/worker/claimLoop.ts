@@ -92,6 +92,7 @@ export class ClaimLoop {
     let emptyBackoffMs = 0;
     let failures = 0;
     let notificationsBefore = 0;
+    let retriedOverlap = false;
     let claimSentAt = 0;
     let failedAt = 0;
     while (this.#p.running()) {
@@ -142,14 +143,24 @@ export class ClaimLoop {
       for (const row of rows) held.add(new ActiveJob(row, claimSentAt, claimedAt, leaseUntil));
       this.#p.claimed();
       if (rows.length > 0) {
+        retriedOverlap = false;
         // jobs were there: an empty claim next is probably a tenant row locked by another
         // claim for a moment, so look again soon before falling back to notifications
         emptyBackoffMs = 2;
         continue;
       }
       // a notification came in while this claim ran: its snapshot, or a tenant row another
-      // claim held for a moment, may have hidden the new jobs, so look again soon
-      if (emptyBackoffMs === 0 && wakeups.notifications !== notificationsBefore) emptyBackoffMs = 2;
+      // claim held for a moment, may have hidden the new jobs. Look again at once: the other
+      // loop, woken by it, found no room while this claim held it. A second overlap in a row
+      // looks again soon (from the backoff's start if it had run out, not after a poll), so a
+      // flood of notifications cannot spin the loop
+      const overlapped = wakeups.notifications !== notificationsBefore;
+      if (overlapped && !retriedOverlap) {
+        retriedOverlap = true;
+        continue;
+      }
+      retriedOverlap = false;
+      if (overlapped && (emptyBackoffMs === 0 || emptyBackoffMs > 256)) emptyBackoffMs = 2;
       let waitMs = this.#o.pollMs;
       if (emptyBackoffMs > 0 && emptyBackoffMs <= 256) {
         waitMs = emptyBackoffMs;
