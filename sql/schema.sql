@@ -1543,40 +1543,53 @@ CREATE TABLE tusk.job_history (
 PARTITION BY RANGE (finished_at);
 
 --
--- Name: finished_jobs(text, integer, timestamp with time zone); Type: FUNCTION; Schema: tusk; Owner: -
+-- Name: finished_jobs(text, integer, timestamp with time zone, bigint); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
-CREATE FUNCTION tusk.finished_jobs(p_tenant text, p_limit integer, p_before timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS SETOF tusk.job_history
+CREATE FUNCTION tusk.finished_jobs(p_tenant text, p_limit integer, p_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_before_id bigint DEFAULT NULL::bigint) RETURNS SETOF tusk.job_history
     LANGUAGE plpgsql STABLE
     SET plan_cache_mode TO 'force_generic_plan'
     SET jit TO 'off'
     AS $$
 DECLARE
-  v_upto timestamptz := coalesce(p_before, 'infinity');
+  v_at timestamptz := coalesce(p_before, 'infinity');
+  -- below every id: a time alone excludes its own instant
+  v_id bigint := -9223372036854775808;
   v_recent "tusk".job_history[];
 BEGIN
+  IF p_before IS NOT NULL AND p_before_id IS NOT NULL THEN
+    SELECT h.finished_at, h.id INTO v_at, v_id FROM "tusk".job_history h
+    WHERE h.id = p_before_id AND h.finished_at >= p_before
+      AND h.finished_at < p_before + interval '1 millisecond';
+    IF NOT FOUND THEN
+      v_at := p_before;
+      v_id := -9223372036854775808;
+    END IF;
+  END IF;
+  -- finished_at <= v_at bounds the index scan; the row comparison breaks the tie by id
   v_recent := ARRAY(
     SELECT h FROM "tusk".job_history h
-    WHERE h.tenant = p_tenant AND h.finished_at < v_upto
+    WHERE h.tenant = p_tenant AND h.finished_at <= v_at AND (h.finished_at, h.id) < (v_at, v_id)
       AND h.finished_at >= coalesce(p_before, now()) - interval '1 day'
-    ORDER BY h.finished_at DESC LIMIT p_limit);
+    ORDER BY h.finished_at DESC, h.id DESC LIMIT p_limit);
   IF cardinality(v_recent) >= p_limit THEN
     RETURN QUERY SELECT * FROM unnest(v_recent);
   ELSE
     RETURN QUERY SELECT h.* FROM "tusk".job_history h
-    WHERE h.tenant = p_tenant AND h.finished_at < v_upto
-    ORDER BY h.finished_at DESC LIMIT p_limit;
+    WHERE h.tenant = p_tenant AND h.finished_at <= v_at AND (h.finished_at, h.id) < (v_at, v_id)
+    ORDER BY h.finished_at DESC, h.id DESC LIMIT p_limit;
   END IF;
 END $$;
 
 --
--- Name: FUNCTION finished_jobs(p_tenant text, p_limit integer, p_before timestamp with time zone); Type: COMMENT; Schema: tusk; Owner: -
+-- Name: FUNCTION finished_jobs(p_tenant text, p_limit integer, p_before timestamp with time zone, p_before_id bigint); Type: COMMENT; Schema: tusk; Owner: -
 --
 
-COMMENT ON FUNCTION tusk.finished_jobs(p_tenant text, p_limit integer, p_before timestamp with time zone) IS 'A tenant''s finished jobs, newest first, at most p_limit, finished before p_before if
-given. Reads the last day before p_before (or now) first, all partitions only when it
-holds fewer. A generic plan kept per connection: a custom plan over every day partition
-cost more to make than to run.';
+COMMENT ON FUNCTION tusk.finished_jobs(p_tenant text, p_limit integer, p_before timestamp with time zone, p_before_id bigint) IS 'A tenant''s finished jobs, newest first by (finished_at, id), at most p_limit: after the
+job p_before_id (which finished in the millisecond from p_before) if given, else finished
+before p_before if given. Reads the last day before p_before (or now) first, all
+partitions only when it holds fewer. A generic plan kept per connection: a custom plan
+over every day partition cost more to make than to run.';
 
 --
 -- Name: fire_schedule(text, timestamp with time zone, timestamp with time zone[], timestamp with time zone); Type: FUNCTION; Schema: tusk; Owner: -

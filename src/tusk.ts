@@ -152,10 +152,28 @@ const pruneOptionsSchema = z.strictObject({
   batch: integer(1, 1_000_000).optional(),
   onProgress: z.custom<(batch: PruneBatch) => void>((f) => typeof f === 'function', 'must be a function').optional(),
 });
+/** A Date, or the last job of the previous page: any object with a job's id and finishedAt (a Job). */
+const pageEndSchema = z.custom<Date | { id: string; finishedAt: Date }>(
+  (v) => {
+    if (v instanceof Date) return dateSchema.safeParse(v).success;
+    if (typeof v !== 'object' || v === null) return false;
+    const { id, finishedAt } = v as { id?: unknown; finishedAt?: unknown };
+    try {
+      jobId(id);
+    } catch {
+      return false;
+    }
+    return dateSchema.safeParse(finishedAt).success;
+  },
+  {
+    error: (issue) =>
+      `must be a valid Date, or the last job of the previous page (an object with its id and finishedAt) (got ${describe(issue.input)})`,
+  },
+);
 const finishedJobsSchema = z.strictObject({
   tenant: nameSchema(128),
   limit: integer(1, 10_000).optional(),
-  before: dateSchema.optional(),
+  before: pageEndSchema.optional(),
 });
 const retryAllSchema = z.strictObject({
   state: z.enum(['dead', 'cancelled', 'expired', 'failed']).optional(),
@@ -754,14 +772,33 @@ export class Tusk<L extends TaskList = TaskList> {
   }
 
   /**
-   * A tenant's finished jobs, newest first (default the last 100), finished before
-   * `before` if given: for dashboards, indexed whatever the history's size.
+   * A tenant's finished jobs, newest first (default the last 100): for dashboards, indexed
+   * whatever the history's size. For the next page, pass the last job of this one as
+   * `before`: the page starts after it, jobs that finished in the same instant included
+   * (those are ordered by id). A date as `before`: the jobs finished strictly before it.
+   *
+   * @example
+   * let page = await tusk.finishedJobs({ tenant: 'acme', limit: 50 });
+   * while (page.length > 0) {
+   *   show(page);
+   *   page = await tusk.finishedJobs({ tenant: 'acme', limit: 50, before: page[page.length - 1] });
+   * }
    */
-  async finishedJobs(options: { tenant: string; limit?: number; before?: Date }): Promise<Job[]> {
+  async finishedJobs(options: {
+    tenant: string;
+    limit?: number;
+    before?: Date | { id: string; finishedAt: Date | null };
+  }): Promise<Job[]> {
     const o = parse(finishedJobsSchema, options, 'options');
     const pool = await this.pool();
+    const [before, beforeId] =
+      o.before === undefined
+        ? [null, null]
+        : o.before instanceof Date
+          ? [o.before, null]
+          : [o.before.finishedAt, jobId(o.before.id)];
     const rows = await this.#write(pool, () =>
-      selectFinishedJobs(pool, this.schema, o.tenant, o.limit ?? 100, o.before ?? null),
+      selectFinishedJobs(pool, this.schema, o.tenant, o.limit ?? 100, before, beforeId),
     );
     return rows.map(toJob);
   }

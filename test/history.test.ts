@@ -64,6 +64,54 @@ describe('history partitions and retention', () => {
     expect(older.map((j) => j.id)).toEqual(['1000005', '1000006']);
   });
 
+  it("pages through a tenant's history by its last job, through jobs finished in the same instant or millisecond", async () => {
+    // a completion batch gives all its jobs one finished_at (its transaction's time), and a
+    // Date keeps milliseconds of a time stored in microseconds: 7 jobs at .123456, 3 at
+    // .123900, 2 a second earlier, in an order their ids do not follow
+    const at = ['2026-01-05 10:00:00.123456+00', '2026-01-05 10:00:00.1239+00', '2026-01-05 10:00:00.000001+00'];
+    const spec = [0, 0, 1, 0, 2, 0, 1, 0, 1, 0, 2, 0];
+    await db.pool.query(
+      `INSERT INTO "${db.schema}".job_history (id, tenant, queue, task, payload, priority, state, attempts,
+         max_attempts, concurrency_key, created_at, run_at, started_at, finished_at)
+       SELECT 4000000 + g, 'pages', 'hist', 'old', 'null', 0, 'succeeded', 1, 5, '', f, f, f, f
+       FROM unnest($1::timestamptz[]) WITH ORDINALITY AS x(f, g)`,
+      [spec.map((i) => at[i])],
+    );
+    const expected = spec
+      .map((i, g) => ({ id: String(4000001 + g), at: at[i] as string }))
+      .sort((a, b) => (a.at === b.at ? Number(b.id) - Number(a.id) : a.at < b.at ? 1 : -1))
+      .map((j) => j.id);
+    for (const limit of [1, 4, 5]) {
+      const seen: string[] = [];
+      let page = await db.tusk.finishedJobs({ tenant: 'pages', limit });
+      while (page.length > 0) {
+        seen.push(...page.map((j) => j.id));
+        page = await db.tusk.finishedJobs({ tenant: 'pages', limit, before: page[page.length - 1] });
+      }
+      expect(seen, `pages of ${limit}`).toEqual(expected);
+    }
+    // a date alone: strictly before it (its millisecond's jobs are not)
+    const before = new Date('2026-01-05T10:00:00.124Z');
+    const page = await db.tusk.finishedJobs({ tenant: 'pages', limit: 20, before });
+    expect(page.map((j) => j.id)).toEqual(expected);
+    const earlier = await db.tusk.finishedJobs({
+      tenant: 'pages',
+      limit: 20,
+      before: new Date('2026-01-05T10:00:00.123Z'),
+    });
+    expect(earlier.map((j) => j.id)).toEqual(expected.slice(10));
+    // a job that is no longer there (pruned): the page starts before its millisecond
+    const gone = await db.tusk.finishedJobs({
+      tenant: 'pages',
+      limit: 20,
+      before: { id: '3999999', finishedAt: new Date('2026-01-05T10:00:00.123Z') },
+    });
+    expect(gone.map((j) => j.id)).toEqual(expected.slice(10));
+    await expect(
+      db.tusk.finishedJobs({ tenant: 'pages', before: { id: 'x', finishedAt: null } as never }),
+    ).rejects.toThrow(/^options\.before/);
+  });
+
   it('retention drops whole partitions past the longest retention; shorter tenants lose rows in batches', async () => {
     await insertHistory('rot-b', 40, 6, 2_000_000);
     await insertHistory('rot-short', 40, 6, 3_000_000);

@@ -40,9 +40,10 @@ export async function updateRetention(
 }
 
 /**
- * A tenant's finished jobs, newest first, finished before `before` if given (see
- * finished_jobs in sql/: the last day first, every partition only when it holds fewer
- * than `limit`, on a plan the connection keeps).
+ * A tenant's finished jobs, newest first by (finished_at, id): after the job `beforeId`
+ * (finished in the millisecond from `before`) if given, else finished before `before` if
+ * given (see finished_jobs in sql/: the last day first, every partition only when it
+ * holds fewer than `limit`, on a plan the connection keeps).
  */
 export async function selectFinishedJobs(
   db: PreparedQueryable,
@@ -50,11 +51,12 @@ export async function selectFinishedJobs(
   tenant: string,
   limit: number,
   before: Date | null,
+  beforeId: string | null,
 ): Promise<JobRow[]> {
   const { rows } = await db.query<JobRow>({
     name: `tusk_finished_${schema}`,
-    text: `SELECT ${FINISHED_COLUMNS} FROM ${ident(schema)}.finished_jobs($1, $2, $3)`,
-    values: [tenant, limit, before],
+    text: `SELECT ${FINISHED_COLUMNS} FROM ${ident(schema)}.finished_jobs($1, $2, $3, $4)`,
+    values: [tenant, limit, before, beforeId],
   });
   return rows;
 }
