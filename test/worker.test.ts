@@ -113,62 +113,74 @@ describe('worker', () => {
 
   it('claims again after empty claims that notifications overlapped, even at the end of its backoff (3 times)', async () => {
     // The worker's pool answers claims as usual, but holds back the answers of two claims in
-    // a row: the one sent after a wait of 200 ms or more (the last of the look-agains that
-    // follow a job, 2, 4 … 256 ms apart) and the next. While the first is held, a job of
-    // another queue is enqueued, and while the second is held, one of the worker's queue:
-    // each notification wakes the other claim loop, which has no room while the held claim
-    // asks for the only slot, and each held claim comes back empty. The loop must look again
-    // at once after the first, then soon after the second: at the end of its backoff it
-    // used to sleep a whole poll (10 minutes).
-    for (let round = 0; round < 3; round++) {
-      const queue = `overlap-${round}`;
-      const pool = new pg.Pool({ connectionString: db.url, max: 4 });
-      const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
-      const enqueued: string[] = [];
-      let armed = false;
-      let lastClaimAt: number | null = null;
-      let holds = 0;
-      // enqueued while a claim's answer is held; the notification reaches the worker's
-      // listening connection, which nothing holds back
-      const duringHold = async (n: number) => {
-        const elsewhere = n === 1;
-        enqueued.push((await db.tusk.enqueue('step', { n }, { queue: elsewhere ? `${queue}-elsewhere` : queue })).id);
-        await sleep(300);
-      };
-      pool.query = ((...args: unknown[]) => {
-        const first = args[0] as string | { text?: string };
-        const text = typeof first === 'string' ? first : first?.text;
-        if (!armed || holds === 2 || !text?.includes('claim_jobs')) return query(...args);
-        const now = performance.now();
-        const gap = lastClaimAt === null ? 0 : now - lastClaimAt;
-        lastClaimAt = now;
-        if (holds === 0 && gap < 200) return query(...args);
-        const n = ++holds;
-        return query(...args).then(async (result) => {
-          await duringHold(n);
-          return result;
-        });
-      }) as typeof pool.query;
-      const other = db.another({ pool });
-      const ran: number[] = [];
-      const worker = db.worker(
-        {
-          queues: [queue],
-          concurrency: 1,
-          prefetch: 0,
-          pollMs: 600_000,
-          tasks: { step: (p: { n: number }) => void ran.push(p.n) },
-        },
-        other,
-      );
-      await worker.start();
-      armed = true;
-      await db.tusk.enqueue('step', { n: 0 }, { queue });
-      await eventually(() => enqueued.length === 2, 30_000, 10, 'two claims held');
-      await finished(enqueued[1] as string, 30_000);
-      await worker.stop();
-      await other.close();
-      expect(ran).toEqual([0, 2]);
+    // a row: the last of the look-agains that follow a job (2, 4 … 256 ms apart: the first
+    // sent 500 ms or more after the job's claim, after a wait of 200 ms or more) and the
+    // next. While the first is held, a job of another queue is enqueued, and while the
+    // second is held, one of the worker's queue: each notification wakes the other claim
+    // loop, which has no room while the held claim asks for the only slot, and each held
+    // claim comes back empty. The loop must look again at once after the first, then soon
+    // after the second: at the end of its backoff it used to sleep a whole poll (10 minutes).
+    const probe = new pg.Client({ connectionString: db.url });
+    await probe.connect();
+    let announced = 0;
+    probe.on('notification', () => void announced++);
+    await probe.query(`LISTEN "${db.schema}:jobs"`);
+    try {
+      for (let round = 0; round < 3; round++) {
+        const queue = `overlap-${round}`;
+        const pool = new pg.Pool({ connectionString: db.url, max: 4 });
+        const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<{ rows?: unknown[] }>;
+        const enqueued: string[] = [];
+        let lastClaimAt = 0;
+        let lastJobsAt = Number.POSITIVE_INFINITY;
+        let holds = 0;
+        // enqueued while a claim's answer is held; its notification reaches the worker's
+        // listening connection, which nothing holds back, as it reaches the probe's
+        const duringHold = async (n: number) => {
+          const before = announced;
+          const target = n === 1 ? `${queue}-elsewhere` : queue;
+          enqueued.push((await db.tusk.enqueue('step', { n }, { queue: target })).id);
+          await eventually(() => announced > before, 10_000, 5, 'the notification');
+          await sleep(100);
+        };
+        pool.query = ((...args: unknown[]) => {
+          const first = args[0] as string | { text?: string };
+          const text = typeof first === 'string' ? first : first?.text;
+          if (holds === 2 || !text?.includes('claim_jobs')) return query(...args);
+          const now = performance.now();
+          const gap = now - lastClaimAt;
+          lastClaimAt = now;
+          const held = holds > 0 || (gap >= 200 && now - lastJobsAt >= 500);
+          const n = held ? ++holds : 0;
+          return query(...args).then(async (result) => {
+            if ((result.rows?.length ?? 0) > 0) lastJobsAt = performance.now();
+            if (held) await duringHold(n);
+            return result;
+          });
+        }) as typeof pool.query;
+        const other = db.another({ pool });
+        const ran: number[] = [];
+        const worker = db.worker(
+          {
+            queues: [queue],
+            concurrency: 1,
+            prefetch: 0,
+            pollMs: 600_000,
+            tasks: { step: (p: { n: number }) => void ran.push(p.n) },
+          },
+          other,
+        );
+        await worker.start();
+        await db.tusk.enqueue('step', { n: 0 }, { queue });
+        await eventually(() => enqueued.length === 2, 30_000, 10, 'two claims held');
+        await finished(enqueued[1] as string, 30_000);
+        await worker.stop();
+        await other.close();
+        await pool.end();
+        expect(ran).toEqual([0, 2]);
+      }
+    } finally {
+      await probe.end();
     }
   });
 

@@ -92,10 +92,13 @@ export class ClaimLoop {
     let emptyBackoffMs = 0;
     let failures = 0;
     let notificationsBefore = 0;
-    let retriedOverlap = false;
+    // this claim is the look at once after an empty claim that a notification overlapped
+    let overlapRetry = false;
     let claimSentAt = 0;
     let failedAt = 0;
     while (this.#p.running()) {
+      const retrying = overlapRetry;
+      overlapRetry = false;
       const want = this.want();
       const registered = registration.id;
       if (want === 0 || registered === null || !listener.connected) {
@@ -143,24 +146,22 @@ export class ClaimLoop {
       for (const row of rows) held.add(new ActiveJob(row, claimSentAt, claimedAt, leaseUntil));
       this.#p.claimed();
       if (rows.length > 0) {
-        retriedOverlap = false;
         // jobs were there: an empty claim next is probably a tenant row locked by another
         // claim for a moment, so look again soon before falling back to notifications
         emptyBackoffMs = 2;
         continue;
       }
       // a notification came in while this claim ran: its snapshot, or a tenant row another
-      // claim held for a moment, may have hidden the new jobs. Look again at once: the other
-      // loop, woken by it, found no room while this claim held it. A second overlap in a row
-      // looks again soon (from the backoff's start if it had run out, not after a poll), so a
-      // flood of notifications cannot spin the loop
+      // claim held for a moment, may have hidden the new jobs. Look again at once (the other
+      // loop, woken by it, found no room while this claim held it), then on with the
+      // backoff, from its start if it had run out (a locked tenant row may hide them a little
+      // longer). An overlapped look at once is followed by the backoff, not another.
       const overlapped = wakeups.notifications !== notificationsBefore;
-      if (overlapped && !retriedOverlap) {
-        retriedOverlap = true;
+      if (overlapped && (emptyBackoffMs === 0 || emptyBackoffMs > 256)) emptyBackoffMs = 2;
+      if (overlapped && !retrying) {
+        overlapRetry = true;
         continue;
       }
-      retriedOverlap = false;
-      if (overlapped && (emptyBackoffMs === 0 || emptyBackoffMs > 256)) emptyBackoffMs = 2;
       let waitMs = this.#o.pollMs;
       if (emptyBackoffMs > 0 && emptyBackoffMs <= 256) {
         waitMs = emptyBackoffMs;
