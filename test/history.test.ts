@@ -100,13 +100,33 @@ describe('history partitions and retention', () => {
       before: new Date('2026-01-05T10:00:00.123Z'),
     });
     expect(earlier.map((j) => j.id)).toEqual(expected.slice(10));
-    // a job that is no longer there (pruned): the page starts before its millisecond
-    const gone = await db.tusk.finishedJobs({
+    // the last job of a page gone before the next (retried, deleted, pruned): the page goes
+    // on with the rest of its millisecond, by id (exact for a batch: one instant), then the
+    // earlier ones
+    const batch = ['2026-01-06 10:00:00.5+00', '2026-01-06 10:00:00.000001+00'];
+    await db.pool.query(
+      `INSERT INTO "${db.schema}".job_history (id, tenant, queue, task, payload, priority, state, attempts,
+         max_attempts, concurrency_key, created_at, run_at, started_at, finished_at)
+       SELECT 5000000 + g, 'pages-gone', 'hist', 'old', 'null', 0, 'succeeded', 1, 5, '', f, f, f, f
+       FROM unnest($1::timestamptz[]) WITH ORDINALITY AS x(f, g)`,
+      [[1, 0, 0, 0, 1, 0, 0, 0, 0].map((i) => batch[i])],
+    );
+    const inOrder = ['5000009', '5000008', '5000007', '5000006', '5000004', '5000003', '5000002', '5000005', '5000001'];
+    const first = await db.tusk.finishedJobs({ tenant: 'pages-gone', limit: 3 });
+    const last = first[2] as (typeof first)[number];
+    await db.pool.query(`DELETE FROM "${db.schema}".job_history WHERE id = $1`, [last.id]);
+    const next = await db.tusk.finishedJobs({ tenant: 'pages-gone', limit: 20, before: last });
+    expect([...first, ...next].map((j) => j.id)).toEqual(inOrder);
+    await expect(db.rows(`SELECT * FROM $schema.finished_jobs('pages', 5, NULL, 4000001)`)).rejects.toThrow(
+      /p_before_id needs p_before/,
+    );
+    // after the lowest id of an instant: the jobs of the instants before
+    const below = await db.tusk.finishedJobs({
       tenant: 'pages',
       limit: 20,
-      before: { id: '3999999', finishedAt: new Date('2026-01-05T10:00:00.123Z') },
+      before: { id: '4000001', finishedAt: new Date('2026-01-05T10:00:00.123Z') },
     });
-    expect(gone.map((j) => j.id)).toEqual(expected.slice(10));
+    expect(below.map((j) => j.id)).toEqual(expected.slice(10));
     await expect(
       db.tusk.finishedJobs({ tenant: 'pages', before: { id: 'x', finishedAt: null } as never }),
     ).rejects.toThrow(/^options\.before/);
