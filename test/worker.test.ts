@@ -12,6 +12,90 @@ const finished = (id: string, timeoutMs = 10_000) =>
   }, timeoutMs);
 const stateOf = async (id: string) => (await db.tusk.getJob(id))?.state;
 
+/**
+ * Runs `body` with `notified(enqueue)`, which enqueues and returns once a probe connection
+ * listening on the schema's channel has the notification (the worker's listening
+ * connection gets it as well), and a moment more.
+ */
+async function withProbe(body: (notified: (enqueue: () => Promise<void>) => Promise<void>) => Promise<void>) {
+  const probe = new pg.Client({ connectionString: db.url });
+  await probe.connect();
+  let announced = 0;
+  probe.on('notification', () => void announced++);
+  await probe.query(`LISTEN "${db.schema}:jobs"`);
+  try {
+    await body(async (enqueue) => {
+      const before = announced;
+      await enqueue();
+      await eventually(() => announced > before, 10_000, 5, 'the notification');
+      await sleep(100);
+    });
+  } finally {
+    await probe.end();
+  }
+}
+
+/**
+ * A worker of `queue` (concurrency 1, no prefetch, a 10-minute poll) on a pool that
+ * answers its claims as usual, but for `holds` claims in a row whose answers wait for
+ * `during(n)`: the first is the last of the look-agains that follow a job (2, 4 … 256 ms
+ * apart), the claim sent 500 ms or more after the job's claim and 200 ms or more after
+ * the claim before it. The claim after the held ones, once answered, waits for
+ * `afterNext()`. Enqueues job 0, waits for `done()`, and returns the payloads' `n` in the
+ * order the jobs ran.
+ */
+async function runHeld(
+  queue: string,
+  holds: number,
+  steps: { during(n: number): Promise<void>; afterNext?(): Promise<void>; done(): Promise<void> },
+): Promise<number[]> {
+  const pool = new pg.Pool({ connectionString: db.url, max: 4 });
+  const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<{ rows?: unknown[] }>;
+  let lastClaimAt = 0;
+  let lastJobsAt = Number.POSITIVE_INFINITY;
+  let held = 0;
+  let next = false;
+  pool.query = ((...args: unknown[]) => {
+    const first = args[0] as string | { text?: string };
+    const text = typeof first === 'string' ? first : first?.text;
+    if (next || !text?.includes('claim_jobs')) return query(...args);
+    const now = performance.now();
+    const gap = now - lastClaimAt;
+    lastClaimAt = now;
+    const hold = held === holds ? 0 : held > 0 || (gap >= 200 && now - lastJobsAt >= 500) ? ++held : 0;
+    const after = hold === 0 && held === holds;
+    next ||= after;
+    return query(...args).then(async (result) => {
+      if ((result.rows?.length ?? 0) > 0) lastJobsAt = performance.now();
+      if (hold > 0) await steps.during(hold);
+      if (after) await steps.afterNext?.();
+      return result;
+    });
+  }) as typeof pool.query;
+  const tusk = db.another({ pool });
+  const ran: number[] = [];
+  const worker = db.worker(
+    {
+      queues: [queue],
+      concurrency: 1,
+      prefetch: 0,
+      pollMs: 600_000,
+      tasks: { step: (p: { n: number }) => void ran.push(p.n) },
+    },
+    tusk,
+  );
+  try {
+    await worker.start();
+    await db.tusk.enqueue('step', { n: 0 }, { queue });
+    await steps.done();
+  } finally {
+    await worker.stop();
+    await tusk.close();
+    await pool.end();
+  }
+  return ran;
+}
+
 describe('worker', () => {
   it('runs a job and records result, stats and timings', async () => {
     const worker = db.worker({
@@ -111,77 +195,71 @@ describe('worker', () => {
     expect(startedAt - enqueuedAt).toBeLessThan(60_000);
   });
 
-  it('claims again after empty claims that notifications overlapped, even at the end of its backoff (3 times)', async () => {
-    // The worker's pool answers claims as usual, but holds back the answers of two claims in
-    // a row: the last of the look-agains that follow a job (2, 4 … 256 ms apart: the first
-    // sent 500 ms or more after the job's claim, after a wait of 200 ms or more) and the
+  it('claims again after empty claims that notifications overlapped, even at the end of its look-agains (3 times)', async () => {
+    // Two claims in a row have their answers held: the last look-again after a job and the
     // next. While the first is held, a job of another queue is enqueued, and while the
     // second is held, one of the worker's queue: each notification wakes the other claim
     // loop, which has no room while the held claim asks for the only slot, and each held
     // claim comes back empty. The loop must look again at once after the first, then soon
-    // after the second: at the end of its backoff it used to sleep a whole poll (10 minutes).
-    const probe = new pg.Client({ connectionString: db.url });
-    await probe.connect();
-    let announced = 0;
-    probe.on('notification', () => void announced++);
-    await probe.query(`LISTEN "${db.schema}:jobs"`);
-    try {
+    // after the second: at the end of its look-agains it used to sleep a whole poll.
+    await withProbe(async (notified) => {
       for (let round = 0; round < 3; round++) {
         const queue = `overlap-${round}`;
-        const pool = new pg.Pool({ connectionString: db.url, max: 4 });
-        const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<{ rows?: unknown[] }>;
         const enqueued: string[] = [];
-        let lastClaimAt = 0;
-        let lastJobsAt = Number.POSITIVE_INFINITY;
-        let holds = 0;
-        // enqueued while a claim's answer is held; its notification reaches the worker's
-        // listening connection, which nothing holds back, as it reaches the probe's
-        const duringHold = async (n: number) => {
-          const before = announced;
-          const target = n === 1 ? `${queue}-elsewhere` : queue;
-          enqueued.push((await db.tusk.enqueue('step', { n }, { queue: target })).id);
-          await eventually(() => announced > before, 10_000, 5, 'the notification');
-          await sleep(100);
-        };
-        pool.query = ((...args: unknown[]) => {
-          const first = args[0] as string | { text?: string };
-          const text = typeof first === 'string' ? first : first?.text;
-          if (holds === 2 || !text?.includes('claim_jobs')) return query(...args);
-          const now = performance.now();
-          const gap = now - lastClaimAt;
-          lastClaimAt = now;
-          const held = holds > 0 || (gap >= 200 && now - lastJobsAt >= 500);
-          const n = held ? ++holds : 0;
-          return query(...args).then(async (result) => {
-            if ((result.rows?.length ?? 0) > 0) lastJobsAt = performance.now();
-            if (held) await duringHold(n);
-            return result;
-          });
-        }) as typeof pool.query;
-        const other = db.another({ pool });
-        const ran: number[] = [];
-        const worker = db.worker(
-          {
-            queues: [queue],
-            concurrency: 1,
-            prefetch: 0,
-            pollMs: 600_000,
-            tasks: { step: (p: { n: number }) => void ran.push(p.n) },
+        const ran = await runHeld(queue, 2, {
+          async during(n) {
+            const target = n === 1 ? `${queue}-elsewhere` : queue;
+            await notified(async () => {
+              enqueued.push((await db.tusk.enqueue('step', { n }, { queue: target })).id);
+            });
           },
-          other,
-        );
-        await worker.start();
-        await db.tusk.enqueue('step', { n: 0 }, { queue });
-        await eventually(() => enqueued.length === 2, 30_000, 10, 'two claims held');
-        await finished(enqueued[1] as string, 30_000);
-        await worker.stop();
-        await other.close();
-        await pool.end();
+          async done() {
+            await eventually(() => enqueued.length === 2, 30_000, 10, 'two claims held');
+            await finished(enqueued[1] as string, 30_000);
+          },
+        });
         expect(ran).toEqual([0, 2]);
       }
-    } finally {
-      await probe.end();
-    }
+    });
+  });
+
+  it('looks again after a look at once that came back empty, while a locked tenant row hides the job (3 times)', async () => {
+    // The last look-again after a job has its answer held while a job is enqueued for a
+    // tenant with slots (claimed under its row lock) whose row a transaction holds: the
+    // held claim comes back empty, its look at once too (the row is skipped, and no
+    // notification overlapped it). The row is let go then: the loop must go on looking,
+    // where it used to sleep a whole poll.
+    await withProbe(async (notified) => {
+      for (let round = 0; round < 3; round++) {
+        const queue = `locked-row-${round}`;
+        const tenant = `locked-row-${round}`;
+        await db.tusk.tenants.set(tenant, { slots: 5 });
+        const locker = await db.pool.connect();
+        let id = '';
+        try {
+          const ran = await runHeld(queue, 1, {
+            async during() {
+              await locker.query('BEGIN');
+              await locker.query(`SELECT 1 FROM "${db.schema}".tenants WHERE tenant = $1 FOR UPDATE`, [tenant]);
+              await notified(async () => {
+                id = (await db.tusk.enqueue('step', { n: 1 }, { queue, tenant })).id;
+              });
+            },
+            async afterNext() {
+              await locker.query('COMMIT');
+            },
+            async done() {
+              await eventually(() => id !== '', 30_000, 10, 'a claim held');
+              await finished(id, 30_000);
+            },
+          });
+          expect(ran).toEqual([0, 1]);
+        } finally {
+          await locker.query('ROLLBACK'); // a no-op once committed
+          locker.release();
+        }
+      }
+    });
   });
 
   it('retries a failing job with backoff until dead, keeping every attempt error', async () => {

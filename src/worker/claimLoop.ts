@@ -89,11 +89,21 @@ export class ClaimLoop {
   /** One claim loop; a worker runs two (see Worker.start). Ends when the worker stops running. */
   async run(): Promise<void> {
     const { schema, log, counters, held, registration, listener, wakeups } = this.#p;
-    let emptyBackoffMs = 0;
     let failures = 0;
     let notificationsBefore = 0;
     // this claim is the look at once after an empty claim that a notification overlapped
     let overlapRetry = false;
+    // the next look-again's wait (0: none, wait for a notification or the poll)
+    let lookAgainMs = 0;
+    // the wait before the next look-again, or a poll once they have run out
+    const lookAgain = (): number => {
+      if (lookAgainMs > 0 && lookAgainMs <= 256) {
+        lookAgainMs *= 2;
+        return lookAgainMs / 2;
+      }
+      lookAgainMs = 0;
+      return this.#o.pollMs;
+    };
     let claimSentAt = 0;
     let failedAt = 0;
     while (this.#p.running()) {
@@ -102,7 +112,9 @@ export class ClaimLoop {
       const want = this.want();
       const registered = registration.id;
       if (want === 0 || registered === null || !listener.connected) {
-        await wakeups.sleep(this.#o.pollMs);
+        // look-agains still due keep their time: the other loop may hold the room with a
+        // claim that comes back empty, and then nothing would wake this one before the poll
+        await wakeups.sleep(lookAgain());
         continue;
       }
       let rows: ClaimedRow[];
@@ -148,27 +160,21 @@ export class ClaimLoop {
       if (rows.length > 0) {
         // jobs were there: an empty claim next is probably a tenant row locked by another
         // claim for a moment, so look again soon before falling back to notifications
-        emptyBackoffMs = 2;
+        lookAgainMs = 2;
         continue;
       }
       // a notification came in while this claim ran: its snapshot, or a tenant row another
       // claim held for a moment, may have hidden the new jobs. Look again at once (the other
       // loop, woken by it, found no room while this claim held it), then on with the
-      // backoff, from its start if it had run out (a locked tenant row may hide them a little
-      // longer). An overlapped look at once is followed by the backoff, not another.
+      // look-agains, from their start if they had run out (a locked tenant row may hide the
+      // jobs a little longer). An overlapped look at once is followed by the look-agains.
       const overlapped = wakeups.notifications !== notificationsBefore;
-      if (overlapped && (emptyBackoffMs === 0 || emptyBackoffMs > 256)) emptyBackoffMs = 2;
+      if (overlapped && (lookAgainMs === 0 || lookAgainMs > 256)) lookAgainMs = 2;
       if (overlapped && !retrying) {
         overlapRetry = true;
         continue;
       }
-      let waitMs = this.#o.pollMs;
-      if (emptyBackoffMs > 0 && emptyBackoffMs <= 256) {
-        waitMs = emptyBackoffMs;
-        emptyBackoffMs *= 2;
-      } else {
-        emptyBackoffMs = 0;
-      }
+      let waitMs = lookAgain();
       await this.#refreshDue();
       if (this.#dueAt !== null) waitMs = Math.min(waitMs, this.#dueAt - performance.now());
       await wakeups.sleep(Math.max(0, waitMs));
