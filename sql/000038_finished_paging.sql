@@ -13,7 +13,8 @@
 -- probed). A job no longer there (retried, deleted or pruned between two pages) leaves
 -- its millisecond and its id: the page goes on with the jobs of that millisecond below
 -- its id, then the earlier ones. That is exact for the rest of a completion batch (one
--- instant); jobs of two instants within that one millisecond are ordered by id alone.
+-- instant); if jobs of two instants share that millisecond, one of the later instant
+-- with a lower id is shown again and one of the earlier instant with a higher id skipped.
 -- Without `p_before_id`, `p_before` means what it did.
 
 DROP FUNCTION :SCHEMA.finished_jobs(text, integer, timestamptz);

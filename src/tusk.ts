@@ -775,7 +775,9 @@ export class Tusk<L extends TaskList = TaskList> {
    * A tenant's finished jobs, newest first (default the last 100): for dashboards, indexed
    * whatever the history's size. For the next page, pass the last job of this one as
    * `before`: the page starts after it, jobs that finished in the same instant included
-   * (those are ordered by id). A date as `before`: the jobs finished strictly before it.
+   * (those are ordered by id). If that job is gone by then (retried, deleted), the page
+   * starts after its id among the jobs of its millisecond (see the reference for the one
+   * case this is not exact). A date as `before`: the jobs finished strictly before it.
    *
    * @example
    * let page = await tusk.finishedJobs({ tenant: 'acme', limit: 50 });
