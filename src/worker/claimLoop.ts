@@ -95,6 +95,8 @@ export class ClaimLoop {
     let overlapRetry = false;
     // the next look-again's wait (0: none, wait for a notification or the poll)
     let lookAgainMs = 0;
+    // the wait while look-agains are due but there is no room (0: none)
+    let noRoomMs = 0;
     // the wait before the next look-again, or a poll once they have run out
     const lookAgain = (): number => {
       if (lookAgainMs > 0 && lookAgainMs <= 256) {
@@ -112,11 +114,14 @@ export class ClaimLoop {
       const want = this.want();
       const registered = registration.id;
       if (want === 0 || registered === null || !listener.connected) {
-        // look-agains still due keep their time: the other loop may hold the room with a
-        // claim that comes back empty, and then nothing would wake this one before the poll
-        await wakeups.sleep(lookAgain());
+        // while look-agains are due, the room is checked again 2, 4 … 256 ms apart (no query):
+        // the other loop may hold it with a claim that comes back empty, and then nothing
+        // would wake this one before the poll. The look-agains wait for the room.
+        noRoomMs = lookAgainMs === 0 ? 0 : noRoomMs === 0 ? 2 : Math.min(noRoomMs * 2, 512);
+        await wakeups.sleep(noRoomMs > 0 && noRoomMs <= 256 ? noRoomMs : this.#o.pollMs);
         continue;
       }
+      noRoomMs = 0;
       let rows: ClaimedRow[];
       try {
         if (this.#dueAt !== null && performance.now() >= this.#dueAt) {
