@@ -95,7 +95,7 @@ export class ClaimLoop {
     let overlapRetry = false;
     // the next look-again's wait (0: none, wait for a notification or the poll)
     let lookAgainMs = 0;
-    // the wait while look-agains are due but there is no room (0: none)
+    // the wait while look-agains are due but the other loop's claim holds the room (0: none)
     let noRoomMs = 0;
     // the wait before the next look-again, or a poll once they have run out
     const lookAgain = (): number => {
@@ -114,11 +114,13 @@ export class ClaimLoop {
       const want = this.want();
       const registered = registration.id;
       if (want === 0 || registered === null || !listener.connected) {
-        // while look-agains are due, the room is checked again 2, 4 … 256 ms apart (no query):
-        // the other loop may hold it with a claim that comes back empty, and then nothing
-        // would wake this one before the poll. The look-agains wait for the room.
-        noRoomMs = lookAgainMs === 0 ? 0 : noRoomMs === 0 ? 2 : Math.min(noRoomMs * 2, 512);
-        await wakeups.sleep(noRoomMs > 0 && noRoomMs <= 256 ? noRoomMs : this.#o.pollMs);
+        // while look-agains are due and the other loop's claim holds the room, the room is
+        // checked again 2, 4 … 256 ms apart, over again while that lasts (no query): that
+        // claim may come back empty, and then nothing would wake this loop before the poll.
+        // The look-agains wait for the room. A worker full of running jobs waits for one to end.
+        const claimHolds = lookAgainMs > 0 && this.#claiming > 0;
+        noRoomMs = !claimHolds ? 0 : noRoomMs === 0 || noRoomMs >= 256 ? 2 : noRoomMs * 2;
+        await wakeups.sleep(noRoomMs > 0 ? noRoomMs : this.#o.pollMs);
         continue;
       }
       noRoomMs = 0;
