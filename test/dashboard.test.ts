@@ -1,6 +1,6 @@
 import { mkdirSync } from 'node:fs';
 import { type Browser, chromium, type Locator, type Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createServer, type Listening } from '../src/index.js';
 import { useTestDb } from './helpers.js';
@@ -31,6 +31,22 @@ afterAll(async () => {
   await browser?.close();
   await listening?.close();
 });
+/** What the tests use of a page's window (the tests are not type-checked with the DOM's types). */
+interface BrowserWindow {
+  localStorage: { setItem(key: string, value: string): void; removeItem(key: string): void };
+}
+
+// each test starts signed in as the admin, whatever ran before it: the token where the
+// dashboard keeps it, set from a file of the same origin, so that the test's first visit
+// loads the dashboard anew (the sign-in test takes the token away)
+beforeEach(async () => {
+  if (!browserHere.available) return;
+  await page.goto(`${listening.url}/assets/logo.svg`);
+  await page.evaluate(
+    (token) => (globalThis as unknown as BrowserWindow).localStorage.setItem('tusk.token', token),
+    ADMIN,
+  );
+});
 
 /** A screenshot of the page, or of a part of it, once no toast covers it (a toast hides after 3.5 s). */
 async function shot(name: string, part?: Locator) {
@@ -48,6 +64,7 @@ const card = async (name: string) =>
 
 describe('dashboard', () => {
   it('signs in, shows counts changing while a worker runs, retries a dead job, shows an HTML payload as text', async () => {
+    await page.evaluate(() => (globalThis as unknown as BrowserWindow).localStorage.removeItem('tusk.token'));
     await page.goto(`${listening.url}/?refresh=250`);
     await page.getByLabel('token').fill(ADMIN);
     await page.getByRole('button', { name: 'Sign in' }).click();
