@@ -97,15 +97,6 @@ export class ClaimLoop {
     let lookAgainMs = 0;
     // the wait while look-agains are due but the other loop's claim holds the room (0: none)
     let noRoomMs = 0;
-    // the wait before the next look-again, or a poll once they have run out
-    const lookAgain = (): number => {
-      if (lookAgainMs > 0 && lookAgainMs <= 256) {
-        lookAgainMs *= 2;
-        return lookAgainMs / 2;
-      }
-      lookAgainMs = 0;
-      return this.#o.pollMs;
-    };
     let claimSentAt = 0;
     let failedAt = 0;
     while (this.#p.running()) {
@@ -181,7 +172,13 @@ export class ClaimLoop {
         overlapRetry = true;
         continue;
       }
-      let waitMs = lookAgain();
+      let waitMs = this.#o.pollMs;
+      if (lookAgainMs > 0 && lookAgainMs <= 256) {
+        waitMs = lookAgainMs;
+        lookAgainMs *= 2;
+      } else {
+        lookAgainMs = 0;
+      }
       await this.#refreshDue();
       if (this.#dueAt !== null) waitMs = Math.min(waitMs, this.#dueAt - performance.now());
       await wakeups.sleep(Math.max(0, waitMs));
