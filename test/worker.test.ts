@@ -36,13 +36,14 @@ async function withProbe(body: (notified: (enqueue: () => Promise<void>) => Prom
 }
 
 /**
- * A worker of `queue` (concurrency 1, no prefetch, a 10-minute poll) on a pool that
+ * A worker of `queue` (concurrency 2, no prefetch, a 10-minute poll) on a pool that
  * answers its claims as usual, but for `holds` claims in a row whose answers wait for
  * `during(n)`: the first is the last of the look-agains that follow a job (2, 4 … 256 ms
  * apart), the claim sent 500 ms or more after the job's claim and 200 ms or more after
  * the claim before it. The claim after the held ones, once answered, waits for
- * `afterNext()`. Enqueues job 0, waits for `done()`, and returns the payloads' `n` in the
- * order the jobs ran.
+ * `afterNext()`. Enqueues job 0, which runs until `done()` has returned (so one slot is
+ * left, and no job's end or outcome wakes the loops and cuts a look-again short), and
+ * returns the payloads' `n` in the order the jobs started.
  */
 async function runHeld(
   queue: string,
@@ -74,13 +75,22 @@ async function runHeld(
   }) as typeof pool.query;
   const tusk = db.another({ pool });
   const ran: number[] = [];
+  let release: () => void = () => {};
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
   const worker = db.worker(
     {
       queues: [queue],
-      concurrency: 1,
+      concurrency: 2,
       prefetch: 0,
       pollMs: 600_000,
-      tasks: { step: (p: { n: number }) => void ran.push(p.n) },
+      tasks: {
+        step: async (p: { n: number }) => {
+          ran.push(p.n);
+          if (p.n === 0) await released;
+        },
+      },
     },
     tusk,
   );
@@ -89,6 +99,7 @@ async function runHeld(
     await db.tusk.enqueue('step', { n: 0 }, { queue });
     await steps.done();
   } finally {
+    release();
     await worker.stop();
     await tusk.close();
     await pool.end();
@@ -199,7 +210,7 @@ describe('worker', () => {
     // Two claims in a row have their answers held: the last look-again after a job and the
     // next. While the first is held, a job of another queue is enqueued, and while the
     // second is held, one of the worker's queue: each notification wakes the other claim
-    // loop, which has no room while the held claim asks for the only slot, and each held
+    // loop, which has no room while the held claim asks for the one slot left, and each held
     // claim comes back empty. The loop must look again at once after the first, then soon
     // after the second: at the end of its look-agains it used to sleep a whole poll.
     await withProbe(async (notified) => {
