@@ -44,8 +44,10 @@ CREATE FUNCTION tusk.ack_job(p_id bigint, p_token bigint, p_result jsonb DEFAULT
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-  SELECT EXISTS (SELECT 1 FROM "tusk".finish_jobs('succeeded',
-    jsonb_build_array(jsonb_build_object('id', p_id, 'token', p_token, 'result', p_result))))
+  SELECT CASE WHEN p_token IS NULL THEN false
+    ELSE EXISTS (SELECT 1 FROM "tusk".finish_jobs('succeeded',
+      jsonb_build_array(jsonb_build_object('id', p_id, 'token', p_token, 'result', p_result))))
+  END
 $$;
 
 --
@@ -430,6 +432,7 @@ DECLARE
   v_share integer;
   v_full text[];
 BEGIN
+  PERFORM "tusk".need_read_committed('claim_jobs');
   IF p_limit <= 0 THEN RETURN; END IF;
   -- A worker's claim (its own transaction) need not wait for its WAL to reach disk: lost
   -- in a crash, the jobs are simply available again (a completion of the lost claim is
@@ -703,7 +706,7 @@ BEGIN
         v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps) a
     )
     INSERT INTO "tusk".lane_marks (queue, tenant, priority, id, snap)
-    SELECT l.queue, l.tenant, p.priority, p.id, pg_current_snapshot()
+    SELECT l.queue, l.tenant, p.priority, p.id, "tusk".look_snapshot()
     FROM unnest(v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids)
          AS l(queue, tenant, priority, id)
     LEFT JOIN LATERAL (
@@ -1649,6 +1652,7 @@ DECLARE
   v_upto bigint;
   v_n integer;
 BEGIN
+  PERFORM "tusk".need_read_committed('fold_running');
   IF NOT pg_try_advisory_xact_lock("tusk".running_lock(), 0) THEN RETURN 0; END IF;
   SELECT f.upto INTO v_upto FROM "tusk".running_fold f;
   WITH gone AS (
@@ -1783,6 +1787,21 @@ CREATE FUNCTION tusk.live_worker_ids() RETURNS integer[]
     AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
     AND l.classid = hashtext('tusk')::oid
     AND l.objid::bigint BETWEEN 1 AND 2147483647
+$$;
+
+--
+-- Name: look_snapshot(); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.look_snapshot() RETURNS pg_snapshot
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT CASE WHEN a.own IS NULL OR a.own >= pg_snapshot_xmax(a.s) THEN a.s
+    ELSE (least(pg_snapshot_xmin(a.s), a.own)::text || ':' || pg_snapshot_xmax(a.s)::text || ':'
+          || (SELECT string_agg(u.x::text, ',' ORDER BY u.x)
+              FROM (SELECT pg_snapshot_xip(a.s) UNION SELECT a.own) u(x)))::pg_snapshot
+  END
+  FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS own) a
 $$;
 
 --
@@ -1949,6 +1968,22 @@ BEGIN
   PERFORM 1 FROM "tusk".requeue_jobs(jsonb_build_array(jsonb_build_object(
     'id', p_id, 'token', p_token, 'error', v_error, 'delay_ms', greatest(0, coalesce(p_delay_ms, 0)))));
   RETURN CASE WHEN coalesce(p_delay_ms, 0) > 0 THEN 'failed' ELSE 'available' END;
+END $$;
+
+--
+-- Name: need_read_committed(text); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.need_read_committed(p_caller text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION '%() needs READ COMMITTED, not %', p_caller, upper(current_setting('transaction_isolation'))
+      USING ERRCODE = 'invalid_transaction_state',
+        HINT = 'It counts running jobs and reads lanes under a snapshot taken after its locks; '
+          || 'call it in a transaction of its own, or one at READ COMMITTED.';
+  END IF;
 END $$;
 
 --
@@ -2225,43 +2260,60 @@ CREATE FUNCTION tusk.prune_lanes() RETURNS integer
 DECLARE
   v_n integer;
   w "tusk".lane_prune;
+  v_timeout text := current_setting('lock_timeout');
+  v_locked boolean;
 BEGIN
-  PERFORM pg_advisory_xact_lock("tusk".arrivals_lock(), 0);
-  -- A fresh snapshot after the lock: an arrival it misses is one the next look sees.
-  -- Pairs with no work and no claim for a minute out.
-  WITH idle AS MATERIALIZED (
-    SELECT a.queue, a.tenant FROM "tusk".active_pairs a
-    WHERE NOT EXISTS (SELECT 1 FROM "tusk".lane_marks m
-                      WHERE m.queue = a.queue AND m.tenant = a.tenant AND m.claimed
-                        AND m.at > now() - interval '1 minute')
-  ),
-  busy AS (
-    SELECT b.queue, b.tenant FROM unnest("tusk".pairs_with_work(
-      ARRAY(SELECT ROW(i.queue, i.tenant, NULL)::"tusk".lane FROM idle i))) b
-  )
-  DELETE FROM "tusk".active_pairs a USING idle i
-  WHERE a.queue = i.queue AND a.tenant = i.tenant
-    AND NOT EXISTS (SELECT 1 FROM busy b WHERE b.queue = a.queue AND b.tenant = a.tenant);
-  GET DIAGNOSTICS v_n = ROW_COUNT;
-  -- Marks kept fresh: a reader's scan of arrivals starts at the oldest mark it holds, so
-  -- a lane not claimed for a while (full, paused, idle) would pull it back. A mark older
-  -- than a second gets a successor at the same position under this snapshot when no job
-  -- at or before the position arrived since: then every job available in this snapshot at
-  -- or before it is gone, as the old mark said of its own.
-  WITH stale AS MATERIALIZED (
-    SELECT a.queue, a.tenant, m.priority, m.id, m.snap FROM "tusk".active_pairs a
-    CROSS JOIN LATERAL "tusk".lane_mark(a.queue, a.tenant) m
-    WHERE m.at < now() - interval '1 second'
-  ),
-  arr AS MATERIALIZED (
-    SELECT a.queue, a.tenant FROM "tusk".arrivals_behind(
-      ARRAY(SELECT s.queue FROM stale s), ARRAY(SELECT s.tenant FROM stale s),
-      ARRAY(SELECT s.priority FROM stale s), ARRAY(SELECT s.id FROM stale s),
-      ARRAY(SELECT s.snap FROM stale s)) a
-  )
-  INSERT INTO "tusk".lane_marks (queue, tenant, priority, id, snap, claimed)
-  SELECT s.queue, s.tenant, s.priority, s.id, pg_current_snapshot(), false FROM stale s
-  WHERE NOT EXISTS (SELECT 1 FROM arr a WHERE a.queue = s.queue AND a.tenant = s.tenant);
+  PERFORM "tusk".need_read_committed('prune_lanes');
+  -- The arrivals lock, waited for 200 ms at most: a consumer's transaction holds it from
+  -- its fetch to its end, and an open one held up the whole upkeep (the reaping, the
+  -- promotions and the fold stayed uncommitted behind it). Without it, the idle pairs and
+  -- the stale marks wait for a later pass; the pruning below goes on.
+  PERFORM set_config('lock_timeout', '200ms', true);
+  BEGIN
+    PERFORM pg_advisory_xact_lock("tusk".arrivals_lock(), 0);
+    v_locked := true;
+  EXCEPTION WHEN lock_not_available THEN
+    v_locked := false;
+  END;
+  PERFORM set_config('lock_timeout', v_timeout, true);
+  v_n := 0;
+  IF v_locked THEN
+    -- A fresh snapshot after the lock: an arrival it misses is one the next look sees.
+    -- Pairs with no work and no claim for a minute out.
+    WITH idle AS MATERIALIZED (
+      SELECT a.queue, a.tenant FROM "tusk".active_pairs a
+      WHERE NOT EXISTS (SELECT 1 FROM "tusk".lane_marks m
+                        WHERE m.queue = a.queue AND m.tenant = a.tenant AND m.claimed
+                          AND m.at > now() - interval '1 minute')
+    ),
+    busy AS (
+      SELECT b.queue, b.tenant FROM unnest("tusk".pairs_with_work(
+        ARRAY(SELECT ROW(i.queue, i.tenant, NULL)::"tusk".lane FROM idle i))) b
+    )
+    DELETE FROM "tusk".active_pairs a USING idle i
+    WHERE a.queue = i.queue AND a.tenant = i.tenant
+      AND NOT EXISTS (SELECT 1 FROM busy b WHERE b.queue = a.queue AND b.tenant = a.tenant);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    -- Marks kept fresh: a reader's scan of arrivals starts at the oldest mark it holds, so
+    -- a lane not claimed for a while (full, paused, idle) would pull it back. A mark older
+    -- than a second gets a successor at the same position under this snapshot when no job
+    -- at or before the position arrived since: then every job available in this snapshot at
+    -- or before it is gone, as the old mark said of its own.
+    WITH stale AS MATERIALIZED (
+      SELECT a.queue, a.tenant, m.priority, m.id, m.snap FROM "tusk".active_pairs a
+      CROSS JOIN LATERAL "tusk".lane_mark(a.queue, a.tenant) m
+      WHERE m.at < now() - interval '1 second'
+    ),
+    arr AS MATERIALIZED (
+      SELECT a.queue, a.tenant FROM "tusk".arrivals_behind(
+        ARRAY(SELECT s.queue FROM stale s), ARRAY(SELECT s.tenant FROM stale s),
+        ARRAY(SELECT s.priority FROM stale s), ARRAY(SELECT s.id FROM stale s),
+        ARRAY(SELECT s.snap FROM stale s)) a
+    )
+    INSERT INTO "tusk".lane_marks (queue, tenant, priority, id, snap, claimed)
+    SELECT s.queue, s.tenant, s.priority, s.id, "tusk".look_snapshot(), false FROM stale s
+    WHERE NOT EXISTS (SELECT 1 FROM arr a WHERE a.queue = s.queue AND a.tenant = s.tenant);
+  END IF;
   -- Marks, serves and looks that have a newer one of their own are read no more. Each
   -- pass deletes them from a little before where the previous one stopped, on the seq key:
   -- a pass does not read again the rows earlier passes deleted (dead and kept while a
@@ -2845,7 +2897,7 @@ BEGIN
     SELECT a.queue, a.tenant FROM "tusk".arrived_pairs() a
     ON CONFLICT DO NOTHING
   )
-  INSERT INTO "tusk".pair_scans (snap) VALUES (pg_current_snapshot());
+  INSERT INTO "tusk".pair_scans (snap) VALUES ("tusk".look_snapshot());
 END $$;
 
 --

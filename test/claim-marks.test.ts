@@ -244,6 +244,114 @@ describe('claims from lane marks', () => {
     }
   });
 
+  // A consumer's transaction that fetched (writing a mark and a look) and then makes a job
+  // available in that same transaction: its own xid is in no snapshot's list of running
+  // transactions, and below the xmax of one taken after a later transaction ended.
+  const ownTransaction = async (act: (own: pg.Client) => Promise<void>) => {
+    const own = await session();
+    try {
+      await own.query('BEGIN');
+      await own.query('SELECT pg_current_xact_id()'); // its xid, before the other's
+      await db.pool.query(`SELECT ${s}.enqueue_job('work', 'null', '{"queue": "elsewhere"}')`); // a later xid ends
+      await act(own);
+      await own.query('COMMIT');
+    } finally {
+      await own.end();
+    }
+  };
+  const fetchOne = async (queue: string, on: pg.ClientBase) =>
+    (
+      await on.query<{ id: string; token: string }>(
+        `SELECT id, lease_token AS token FROM ${s}.fetch_jobs(1, 60000, $1)`,
+        [queue],
+      )
+    ).rows;
+
+  it('a job the fetching transaction gives back behind the mark it wrote is claimed later (3 times)', async () => {
+    for (let round = 0; round < 3; round++) {
+      const queue = `own-nack-${round}`;
+      const ids = [await enqueue(queue), await enqueue(queue)];
+      await ownTransaction(async (own) => {
+        const got = await fetchOne(queue, own);
+        expect(got.map((r) => r.id)).toEqual([ids[0]]);
+        expect(await markId(queue)).toBeUndefined(); // not committed yet
+        await own.query(`SELECT ${s}.nack_job($1, $2, 0)`, [got[0]?.id, got[0]?.token]);
+      });
+      expect(await markId(queue)).toBe(ids[0]);
+      const again = await claim(queue, 5);
+      expect(again.map((r) => r.id)).toEqual(ids);
+      await finish(again);
+    }
+  });
+
+  it('a job the fetching transaction enqueues in a lane new to the active pairs is claimed', async () => {
+    const first = await enqueue('own-fetch');
+    await ownTransaction(async (own) => {
+      const got = await fetchOne('own-fetch', own);
+      expect(got.map((r) => r.id)).toEqual([first]);
+      await enqueue('own-follow-up', {}, own);
+      await own.query(`SELECT ${s}.ack_job($1, $2)`, [got[0]?.id, got[0]?.token]);
+    });
+    const followUp = await claim('own-follow-up', 5);
+    expect(followUp).toHaveLength(1);
+    await finish(followUp);
+  });
+
+  it('a claim, a fold or a pruning in a REPEATABLE READ or SERIALIZABLE transaction is refused, naming it', async () => {
+    // under the snapshot of its first statement, a claim counted a tenant's running jobs
+    // as they were before another claim took one: two running on one slot
+    await db.tusk.tenants.set('one-slot', { slots: 1 });
+    await enqueue('rr-a', { tenant: 'one-slot' });
+    await enqueue('rr-b', { tenant: 'one-slot' });
+    await db.rows('SELECT $schema.ready_pairs(NULL, NULL)'); // both pairs taken up: the claims below only read them
+    const reader = await session();
+    try {
+      for (const level of ['REPEATABLE READ', 'SERIALIZABLE']) {
+        await reader.query(`BEGIN ISOLATION LEVEL ${level}`);
+        await reader.query('SELECT 1'); // its snapshot, before the claim below
+        if (level === 'REPEATABLE READ') expect(await claim('rr-a', 1)).toHaveLength(1);
+        await expect(reader.query(`SELECT * FROM ${s}.fetch_jobs(1, 60000, 'rr-b', 'one-slot')`)).rejects.toThrow(
+          `claim_jobs() needs READ COMMITTED, not ${level}`,
+        );
+        await reader.query('ROLLBACK');
+        for (const step of ['fold_running', 'prune_lanes']) {
+          await reader.query(`BEGIN ISOLATION LEVEL ${level}`);
+          await expect(reader.query(`SELECT ${s}.${step}()`)).rejects.toThrow(`${step}() needs READ COMMITTED`);
+          await reader.query('ROLLBACK');
+        }
+      }
+      const running = await db.rows<{ n: number }>(
+        "SELECT count(*)::integer AS n FROM $schema.jobs WHERE tenant = 'one-slot' AND state = 'running'",
+      );
+      expect(running[0]?.n).toBe(1);
+    } finally {
+      await reader.end();
+    }
+  });
+
+  it('a fetch whose transaction stays open does not hold up the upkeep', async () => {
+    const holder = await session();
+    try {
+      await holder.query('BEGIN');
+      // the fetch takes the arrivals lock, held until its transaction ends
+      expect((await holder.query(`SELECT * FROM ${s}.fetch_jobs(1, 60000, 'nothing-here')`)).rows).toEqual([]);
+      const upkeep = await session();
+      try {
+        await upkeep.query("SET statement_timeout = '5s'");
+        const { rows } = await upkeep.query<{ r: { errors: unknown[]; idlePairs: number } }>(
+          `SELECT ${s}.maintain(0) AS r`,
+        );
+        expect(rows[0]?.r.errors).toEqual([]);
+        expect(rows[0]?.r.idlePairs).toBe(0);
+      } finally {
+        await upkeep.end();
+      }
+    } finally {
+      await holder.query('ROLLBACK');
+      await holder.end();
+    }
+  });
+
   it('claims in parallel with enqueues that commit late: every job claimed exactly once (3 runs)', async () => {
     for (let run = 0; run < 3; run++) {
       const queue = `parallel-${run}`;

@@ -224,6 +224,17 @@ describe('Disque-style leases for external workers', () => {
     expect(acked?.ok).toBe(true);
     expect((await db.tusk.getJob(leased?.id as string))?.result).toEqual({ via: 'sql' });
   });
+
+  it('ack_job without a token settles nothing: not a job waiting, nor one a lease holds', async () => {
+    const waiting = await db.tusk.enqueue('sql-task', {}, { queue: 'ext-no-token' });
+    const [acked] = await db.rows<{ ok: boolean }>('SELECT $schema.ack_job($1, NULL) AS ok', [waiting.id]);
+    expect(acked?.ok).toBe(false);
+    expect((await db.tusk.getJob(waiting.id))?.state).toBe('available');
+    const [leased] = await db.rows<{ id: string }>(`SELECT id FROM $schema.fetch_jobs(1, 30000, 'ext-no-token')`);
+    const [again] = await db.rows<{ ok: boolean }>('SELECT $schema.ack_job($1, NULL) AS ok', [leased?.id]);
+    expect(again?.ok).toBe(false);
+    expect((await db.tusk.getJob(leased?.id as string))?.state).toBe('running');
+  });
 });
 
 describe('deduplication', () => {
