@@ -1686,11 +1686,13 @@ DECLARE
 BEGIN
   UPDATE "tusk".workers SET heartbeat_at = now() WHERE id = p_worker;
   v_alive := FOUND;
-  UPDATE "tusk".jobs j SET lease_until = now() + p_lease_ms * interval '1 millisecond'
+  UPDATE "tusk".jobs j SET lease_until = now() + p_lease_ms * interval '1 millisecond',
+    locked_by = coalesce(p_worker, j.locked_by)
   FROM unnest(p_ids, p_tokens) AS x(id, token)
   WHERE j.id = ANY (p_ids) AND j.id = x.id AND j.lease_token = x.token
     AND j.state IS NOT DISTINCT FROM 'running'
-    AND j.lease_until < now() + p_lease_ms * interval '0.5 millisecond';
+    AND (j.lease_until < now() + p_lease_ms * interval '0.5 millisecond'
+         OR j.locked_by IS DISTINCT FROM coalesce(p_worker, j.locked_by));
   RETURN QUERY
   WITH held AS (
     SELECT j.lease_token, j.cancel_requested, j.lease_until

@@ -418,4 +418,46 @@ describe('a worker whose lock is gone', () => {
     expect(await stateOf(job?.id)).toBe('available');
     expect(await db.rows('SELECT 1 FROM $schema.workers WHERE id = $1', [worker?.id])).toHaveLength(0);
   });
+
+  it('but that registered again under another id keeps the jobs its heartbeats hold', async () => {
+    // its old lock outlived its listening connection (a half-open socket the server had not
+    // yet dropped), so it registered under a new id; its heartbeats carry its jobs' tokens
+    const [old] = await db.rows<{ id: number }>(
+      `INSERT INTO $schema.workers (name, host, pid, concurrency, version) VALUES ('old', 'h', 1, 1, 'x') RETURNING id`,
+    );
+    await enqueue('adopted', 1);
+    const [job] = (
+      await db.pool.query<{ id: string; token: string }>(
+        `SELECT id::text, lease_token::text AS token FROM ${s}.claim_jobs($1, 1, 3600000, '{adopted}')`,
+        [old?.id],
+      )
+    ).rows;
+    const again = new pg.Client({ connectionString: db.url });
+    await again.connect();
+    try {
+      const [{ id }] = (
+        await again.query<{ id: number }>(
+          `SELECT ${s}.register_worker(NULL, 'again', 'h', 1, '{adopted}', 1, 'x') AS id`,
+        )
+      ).rows as [{ id: number }];
+      const [beat] = (
+        await again.query<{ lost: string[] }>(`SELECT lost FROM ${s}.heartbeat($1, $2, $3, 3600000)`, [
+          id,
+          [job?.id],
+          [job?.token],
+        ])
+      ).rows;
+      expect(beat?.lost).toEqual([]);
+      // the server drops the old connection: the old id is dead a second after its last beat
+      await db.pool.query(`UPDATE ${s}.workers SET heartbeat_at = now() - interval '1100 milliseconds' WHERE id = $1`, [
+        old?.id,
+      ]);
+      await db.pool.query(`SELECT * FROM ${s}.reap()`);
+      expect(await stateOf(job?.id)).toBe('running');
+      expect(await db.rows('SELECT locked_by FROM $schema.jobs WHERE id = $1', [job?.id])).toEqual([{ locked_by: id }]);
+      expect(await db.rows('SELECT 1 FROM $schema.workers WHERE id = $1', [old?.id])).toHaveLength(0);
+    } finally {
+      await again.end();
+    }
+  });
 });

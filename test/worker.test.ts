@@ -473,6 +473,21 @@ describe('graceful stop', () => {
     expect((await db.tusk.tenants.get('default'))?.running).toBe(0);
   });
 
+  it('a job aborted at the stop with no attempt left ends dead, not retried past maxAttempts', async () => {
+    const worker = db.worker({
+      queues: ['stop-last'],
+      shutdownTimeoutMs: 200,
+      tasks: { stuck: () => new Promise(() => {}) },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('stuck', {}, { queue: 'stop-last', maxAttempts: 1 });
+    await eventually(async () => (await stateOf(id)) === 'running');
+    await worker.stop();
+    const job = await db.tusk.getJob(id);
+    expect(job).toMatchObject({ state: 'dead', attempts: 1 });
+    expect(job?.error?.name).toBe('WorkerStoppingError');
+  });
+
   it('gives back jobs claimed ahead but not started, without counting an attempt', async () => {
     const { ids } = await db.tusk.enqueueMany(Array.from({ length: 6 }, () => ({ task: 'slow', queue: 'stop3' })));
     // the first job runs until the stop has begun: the five behind it are still held ahead
