@@ -1728,7 +1728,20 @@ CREATE FUNCTION tusk.key_lanes(p_queue text, p_tenant text) RETURNS tusk.lane[]
     SET enable_seqscan TO 'off'
     SET jit TO 'off'
     AS $$
+DECLARE
+  v_full text[];
 BEGIN
+  SELECT coalesce(array_agg(x.ckey), '{}') INTO v_full FROM (
+    SELECT r.ckey FROM (
+      SELECT b.ckey, b.n FROM "tusk".running_base b WHERE b.tenant = p_tenant AND b.ckey <> ''
+      UNION ALL
+      SELECT d.ckey, d.n FROM "tusk".running_deltas d
+      WHERE d.tenant = p_tenant AND d.ckey <> ''
+        AND d.seq > (SELECT f.upto FROM "tusk".running_fold f WHERE f.one)
+    ) r
+    GROUP BY r.ckey
+    HAVING sum(r.n) >= (SELECT t.per_key FROM "tusk".tenants t WHERE t.tenant = p_tenant)
+  ) x;
   RETURN (
     WITH RECURSIVE k AS (
       (SELECT j.concurrency_key FROM "tusk".jobs j
@@ -1742,7 +1755,8 @@ BEGIN
         ORDER BY j.concurrency_key LIMIT 1) n
     )
     SELECT array_agg(ROW(p_queue, p_tenant, k.concurrency_key)::"tusk".lane)
-    FROM (SELECT * FROM k LIMIT (SELECT c.key_lanes FROM "tusk".config c WHERE c.singleton)) k);
+    FROM (SELECT * FROM k WHERE k.concurrency_key <> ALL (v_full)
+          LIMIT (SELECT c.key_lanes FROM "tusk".config c WHERE c.singleton)) k);
 END $$;
 
 --

@@ -219,6 +219,33 @@ describe('slots', () => {
     expect(probe.peak.get('keyed')).toBeLessThanOrEqual(4);
     expect(probe.peak.get('keyed/')).toBeGreaterThan(1); // jobs without a key are not limited by perKey
   });
+
+  it('keys at their limit leave the window of key lanes to the keys after them', async () => {
+    await db.tusk.tenants.set('windowed', { perKey: 1 });
+    await db.pool.query(`UPDATE "${db.schema}".config SET key_lanes = 2`);
+    try {
+      await db.tusk.enqueueMany(
+        ['a', 'a', 'b', 'b', 'c', 'c'].map((key) => ({
+          task: 'probe',
+          tenant: 'windowed',
+          queue: 'window',
+          concurrencyKey: key,
+        })),
+      );
+      const fetchKeys = async () =>
+        (
+          await db.rows<{ k: string }>(
+            `SELECT concurrency_key AS k FROM $schema.fetch_jobs(10, 60000, 'window', 'windowed') ORDER BY 1`,
+          )
+        ).map((r) => r.k);
+      expect(await fetchKeys()).toEqual(['a', 'b']);
+      // a and b are at their limit with a job waiting each: c runs, not nothing
+      expect(await fetchKeys()).toEqual(['c']);
+      expect(await fetchKeys()).toEqual([]);
+    } finally {
+      await db.pool.query(`UPDATE "${db.schema}".config SET key_lanes = DEFAULT`);
+    }
+  });
 });
 
 describe('fairness', () => {
