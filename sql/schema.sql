@@ -457,7 +457,10 @@ BEGIN
 
   -- Rounds: each tenant chosen takes at most its share of what is left (`share`, below);
   -- another round follows, among the tenants that took their whole share (v_full), only
-  -- when there are some: they may have more. Each round takes at least one job or ends.
+  -- when there are some: they may have more. A round that takes nothing from the tenants
+  -- it chose (their keys at their limit, their jobs expired or held by other claims) goes
+  -- on with the candidates it left out, if any (pass_turn); each round takes at least one
+  -- job, or leaves out at least one tenant, or ends.
   LOOP
     -- 1a. Limited tenants that look eligible (not paused, a slot free and starts left in
     --     the rate window by this snapshot): lock their rows, least recently served first.
@@ -498,7 +501,11 @@ BEGIN
       CROSS JOIN LATERAL unnest("tusk".key_lanes(p.queue, p.tenant)) k
       WHERE t.per_key IS NOT NULL AND p.tenant = ANY (v_exclusive)
     ) x;
-    IF v_lanes IS NULL THEN RETURN; END IF;
+    IF v_lanes IS NULL THEN
+      IF NOT "tusk".pass_turn(v_candidates, v_exclusive || v_shared) THEN RETURN; END IF;
+      v_candidates := ARRAY(SELECT c FROM unnest(v_candidates) c WHERE c <> ALL (v_exclusive || v_shared));
+      CONTINUE;
+    END IF;
 
     -- 2. With those locks held, a fresh snapshot: count running jobs of limited tenants
     --    exactly, and the starts left in their rate window (at v_now, read after the locks:
@@ -664,7 +671,11 @@ BEGIN
             AND EXISTS (SELECT 1 FROM chosen h WHERE h.queue = n.queue AND h.tenant = n.tenant)) m
     INTO v_ids, v_tids, v_queues, v_tenants, v_priorities,
          v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps, v_share;
-    IF cardinality(v_ids) = 0 THEN RETURN; END IF;
+    IF cardinality(v_ids) = 0 THEN
+      IF NOT "tusk".pass_turn(v_candidates, v_exclusive || v_shared) THEN RETURN; END IF;
+      v_candidates := ARRAY(SELECT c FROM unnest(v_candidates) c WHERE c <> ALL (v_exclusive || v_shared));
+      CONTINUE;
+    END IF;
 
     -- 3. Claim them, by tuple id (no index lookups). A job changed meanwhile (cancelled,
     --    expired) has moved or is no longer available, and is left out. A rate-limited
@@ -2088,6 +2099,21 @@ BEGIN
              AND (j.priority, j.id) > (p.priority, p.id)
            ORDER BY j.priority, j.id LIMIT 1) IS NOT NULL
        OR EXISTS (SELECT 1 FROM arr a WHERE a.queue = p.queue AND a.tenant = p.tenant));
+END $$;
+
+--
+-- Name: pass_turn(text[], text[]); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.pass_turn(p_candidates text[], p_chosen text[]) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM unnest(p_candidates) c WHERE c <> ALL (p_chosen)) THEN
+    RETURN false;
+  END IF;
+  INSERT INTO "tusk".tenant_serves (tenant) SELECT DISTINCT c FROM unnest(p_chosen) c;
+  RETURN true;
 END $$;
 
 --

@@ -246,6 +246,28 @@ describe('slots', () => {
       await db.pool.query(`UPDATE "${db.schema}".config SET key_lanes = DEFAULT`);
     }
   });
+
+  it('a claim of one job goes past a tenant first in turn whose keys are all at their limit', async () => {
+    await db.tusk.tenants.set('stuck-keys', { perKey: 1 });
+    await db.tusk.tenants.set('waiting', { slots: 5 });
+    const fetchOne = async (tenant: string | null) =>
+      (
+        await db.rows<{ tenant: string; id: string }>(
+          `SELECT tenant, id::text FROM $schema.fetch_jobs(1, 60000, 'pass', $1)`,
+          [tenant],
+        )
+      ).map((r) => r.tenant);
+    // served first, its key then at its limit with a job waiting behind it
+    for (let i = 0; i < 2; i++)
+      await db.tusk.enqueue('probe', {}, { tenant: 'stuck-keys', queue: 'pass', concurrencyKey: 'k' });
+    expect(await fetchOne('stuck-keys')).toEqual(['stuck-keys']);
+    for (let i = 0; i < 3; i++) await db.tusk.enqueue('probe', {}, { tenant: 'waiting', queue: 'pass' });
+    expect(await fetchOne('waiting')).toEqual(['waiting']);
+    // any tenant: 'stuck-keys' is first in turn and yields nothing
+    expect(await fetchOne(null)).toEqual(['waiting']);
+    expect(await fetchOne(null)).toEqual(['waiting']);
+    expect(await fetchOne(null)).toEqual([]);
+  });
 });
 
 describe('fairness', () => {
