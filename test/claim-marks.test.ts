@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { useTestDb } from './helpers.js';
+import { createServer } from '../src/index.js';
+import { eventually, useTestDb } from './helpers.js';
 
 // The claim reads each lane from its newest mark on, plus the jobs that arrived since the
 // mark's snapshot (sql/000030_baseline.sql, part 5, "Claim"). These tests force the
@@ -326,6 +327,39 @@ describe('claims from lane marks', () => {
       expect(running[0]?.n).toBe(1);
     } finally {
       await reader.end();
+    }
+  });
+
+  it("Tusk's own connections run at READ COMMITTED: a worker, the upkeep and the HTTP fetch work under a SERIALIZABLE default", async () => {
+    const serializable = encodeURIComponent('-c default_transaction_isolation=serializable');
+    const strict = db.another({
+      connectionString: `${db.url}${db.url.includes('?') ? '&' : '?'}options=${serializable}`,
+    });
+    const { id } = await strict.enqueue('work', null, { queue: 'strict' });
+    const worker = db.worker({ queues: ['strict'], tasks: { work: async () => 'ok' } }, strict);
+    await worker.start();
+    await eventually(async () => (await strict.getJob(id))?.state === 'succeeded');
+    await worker.stop();
+    const pool = await strict.pool();
+    expect((await pool.query('SHOW default_transaction_isolation')).rows).toEqual([
+      { default_transaction_isolation: 'read committed' },
+    ]);
+    const upkeep = await pool.query<{ r: { errors: unknown[] } }>(`SELECT ${s}.maintain(0) AS r`);
+    expect(upkeep.rows[0]?.r.errors).toEqual([]);
+    const token = 'strict-admin-token-0123456789';
+    const server = await createServer(strict, { adminToken: token });
+    const up = await server.listen({ port: 0 });
+    try {
+      const { id: remote } = await strict.enqueue('work', null, { queue: 'strict-http' });
+      const res = await fetch(`${up.url}/api/fetch`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ queue: 'strict-http' }),
+      });
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { jobs: Array<{ id: string }> }).jobs.map((j) => j.id)).toEqual([remote]);
+    } finally {
+      await up.close();
     }
   });
 

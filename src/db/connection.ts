@@ -42,6 +42,7 @@ export async function openDatabase(options: ConnectionOptions, log: Logger): Pro
   const clientConfig: pg.ClientConfig = { connectionString, application_name: 'tusk' };
   const pool = new pg.Pool({ ...clientConfig, max: options.maxConnections ?? 10 });
   watchErrors(pool, log);
+  readCommitted(pool, log);
   return {
     pool,
     clientConfig,
@@ -51,6 +52,21 @@ export async function openDatabase(options: ConnectionOptions, log: Logger): Pro
       await embedded?.stop();
     },
   };
+}
+
+/**
+ * Every connection of a pool Tusk made runs at READ COMMITTED, whatever the database's or
+ * role's default: a claim counts tenants' running jobs under a snapshot taken after it
+ * locks them, which a REPEATABLE READ or SERIALIZABLE transaction does not give (the claim
+ * refuses to run in one). Issued as the pool hands the connection out, so it runs before
+ * the caller's first query. A pool of the app's is left as it is.
+ */
+export function readCommitted(pool: pg.Pool, log: Logger): void {
+  pool.on('connect', (client: pg.PoolClient) => {
+    client
+      .query("SET default_transaction_isolation = 'read committed'")
+      .catch((error: unknown) => log.debug({ err: error }, 'setting READ COMMITTED failed'));
+  });
 }
 
 /**

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { readCommitted } from '../db/connection.js';
 import { Tusk } from '../tusk.js';
 
 /** Connections of the server's own pools, and the statement timeout of lists and searches. */
@@ -64,7 +65,9 @@ export class ServerPools {
       const make = (name: string, max: number, extra: pg.PoolConfig = {}) => {
         // the app's settings, without what makes its pool its own
         const { max: _max, application_name: _name, ...settings } = base as pg.PoolConfig;
-        return new pg.Pool({ ...settings, ...extra, max, application_name: name, allowExitOnIdle: true });
+        const pool = new pg.Pool({ ...settings, ...extra, max, application_name: name, allowExitOnIdle: true });
+        readCommitted(pool, this.#tusk.logger);
+        return pool;
       };
       const reads = make('tusk http reads', this.#sizes.reads, { statement_timeout: this.#sizes.readTimeoutMs });
       const leasePool = make('tusk http leases', this.#sizes.leases);
