@@ -40,9 +40,8 @@ export async function openDatabase(options: ConnectionOptions, log: Logger): Pro
     );
   }
   const clientConfig: pg.ClientConfig = { connectionString, application_name: 'tusk' };
-  const pool = new pg.Pool({ ...clientConfig, max: options.maxConnections ?? 10 });
+  const pool = new pg.Pool({ ...clientConfig, max: options.maxConnections ?? 10, onConnect: readCommitted });
   watchErrors(pool, log);
-  readCommitted(pool, log);
   return {
     pool,
     clientConfig,
@@ -55,18 +54,15 @@ export async function openDatabase(options: ConnectionOptions, log: Logger): Pro
 }
 
 /**
- * Every connection of a pool Tusk made runs at READ COMMITTED, whatever the database's or
- * role's default: a claim counts tenants' running jobs under a snapshot taken after it
- * locks them, which a REPEATABLE READ or SERIALIZABLE transaction does not give (the claim
- * refuses to run in one). Issued as the pool hands the connection out, so it runs before
- * the caller's first query. A pool of the app's is left as it is.
+ * The `onConnect` of the pools Tusk makes: every connection runs at READ COMMITTED,
+ * whatever the database's or role's default. A claim counts tenants' running jobs under a
+ * snapshot taken after it locks them, which a REPEATABLE READ or SERIALIZABLE transaction
+ * does not give (the claim refuses to run in one). The pool hands the connection out once
+ * this is done; if it fails, the connection is not handed out. A pool of the app's is left
+ * as it is.
  */
-export function readCommitted(pool: pg.Pool, log: Logger): void {
-  pool.on('connect', (client: pg.PoolClient) => {
-    client
-      .query("SET default_transaction_isolation = 'read committed'")
-      .catch((error: unknown) => log.debug({ err: error }, 'setting READ COMMITTED failed'));
-  });
+export async function readCommitted(client: pg.ClientBase): Promise<void> {
+  await client.query("SET default_transaction_isolation = 'read committed'");
 }
 
 /**

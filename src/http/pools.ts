@@ -64,10 +64,18 @@ export class ServerPools {
       const base = (await this.#tusk.pool()).options;
       const make = (name: string, max: number, extra: pg.PoolConfig = {}) => {
         // the app's settings, without what makes its pool its own
-        const { max: _max, application_name: _name, ...settings } = base as pg.PoolConfig;
-        const pool = new pg.Pool({ ...settings, ...extra, max, application_name: name, allowExitOnIdle: true });
-        readCommitted(pool, this.#tusk.logger);
-        return pool;
+        const { max: _max, application_name: _name, onConnect, ...settings } = base as pg.PoolConfig;
+        return new pg.Pool({
+          ...settings,
+          ...extra,
+          max,
+          application_name: name,
+          allowExitOnIdle: true,
+          onConnect: async (client) => {
+            await onConnect?.(client);
+            await readCommitted(client);
+          },
+        });
       };
       const reads = make('tusk http reads', this.#sizes.reads, { statement_timeout: this.#sizes.readTimeoutMs });
       const leasePool = make('tusk http leases', this.#sizes.leases);
