@@ -370,6 +370,37 @@ describe('claims from lane marks', () => {
     expect(warnings.filter((w) => w.includes('already executing a query'))).toEqual([]);
   });
 
+  it("the HTTP server's pools, made from an app's pool, run the app pool's onConnect and then set READ COMMITTED", async () => {
+    let hooked = 0;
+    const serializable = encodeURIComponent('-c default_transaction_isolation=serializable');
+    const appPool = new pg.Pool({
+      connectionString: `${db.url}${db.url.includes('?') ? '&' : '?'}options=${serializable}`,
+      max: 2,
+      onConnect: async () => {
+        hooked++;
+      },
+    });
+    const app = db.another({ pool: appPool });
+    const token = 'app-pool-admin-token-0123456789';
+    const up = await (await createServer(app, { adminToken: token })).listen({ port: 0 });
+    try {
+      const before = hooked;
+      const { id } = await db.tusk.enqueue('work', null, { queue: 'app-pool-http' });
+      const res = await fetch(`${up.url}/api/fetch`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ queue: 'app-pool-http' }),
+      });
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { jobs: Array<{ id: string }> }).jobs.map((j) => j.id)).toEqual([id]);
+      expect(hooked).toBeGreaterThan(before); // the leases pool's new connection ran the app's hook
+    } finally {
+      await up.close();
+      await app.close();
+      await appPool.end();
+    }
+  });
+
   it('a fetch whose transaction stays open does not hold up the upkeep', async () => {
     const holder = await session();
     try {

@@ -302,14 +302,28 @@ describe('a connection terminated as it starts', () => {
     return handed;
   }
 
-  it('handed out by pool.connect() with the FATAL in the same read as its startup: the caller gets the error, the process goes on', async () => {
+  it('made by pool.connect() with the FATAL in the same read as its startup: the caller gets the error, the process goes on', async () => {
     const tusk = db.another({ connectionString: gate.url });
+    const pool = await tusk.pool();
+    // the pool's onConnect (READ COMMITTED) is the connection's first query: it fails, and
+    // the pool ends the connection and rejects the caller's connect() with the error
+    await expect(terminatedAsItStarts(() => pool.connect())).rejects.toThrow(/terminat/);
+    expect((await pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+    await tusk.close();
+  });
+
+  it("handed out by an app's pool.connect() with the FATAL in the same read as its startup: the caller gets the error, the process goes on", async () => {
+    // an app's pool has no onConnect of Tusk's: the client is handed out before the
+    // caller's code runs, with the pool's own error listener already taken off
+    const appPool = new pg.Pool({ connectionString: gate.url, max: 2 });
+    const tusk = db.another({ pool: appPool });
     const pool = await tusk.pool();
     const client = await terminatedAsItStarts(() => pool.connect());
     await expect(client.query('SELECT 1')).rejects.toThrow(/not queryable|terminat/);
     client.release(true);
     expect((await pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
     await tusk.close();
+    await appPool.end();
   });
 
   it("the embedded server's look for other sessions before it stops: it answers 0, the process goes on", async () => {

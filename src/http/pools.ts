@@ -71,8 +71,9 @@ export class ServerPools {
           max,
           application_name: name,
           allowExitOnIdle: true,
+          // the app pool's own hook first (a pool Tusk made has this one only)
           onConnect: async (client) => {
-            await onConnect?.(client);
+            if (onConnect && onConnect !== readCommitted) await onConnect(client);
             await readCommitted(client);
           },
         });
