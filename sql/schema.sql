@@ -431,6 +431,11 @@ DECLARE
   v_left integer := p_limit;
   v_share integer;
   v_full text[];
+  -- after a round that took nothing: how many tenants a round may choose, the empty rounds
+  -- so far, and the limited tenants they passed over
+  v_pick integer;
+  v_empty integer := 0;
+  v_passed text[] := '{}';
 BEGIN
   PERFORM "tusk".need_read_committed('claim_jobs');
   IF p_limit <= 0 THEN RETURN; END IF;
@@ -459,13 +464,16 @@ BEGIN
   -- another round follows, among the tenants that took their whole share (v_full), only
   -- when there are some: they may have more. A round that takes nothing from the tenants
   -- it chose (their keys at their limit, their jobs expired or held by other claims) goes
-  -- on with the candidates it left out, if any (pass_turn); each round takes at least one
-  -- job, or leaves out at least one tenant, or ends.
+  -- on with the candidates it left out, choosing up to p_max_tenants of them, three empty
+  -- rounds at most; the limited tenants it passed over are served (moved back) with the
+  -- first jobs the claim takes. Each round takes at least one job, or leaves out at least
+  -- one tenant, or ends.
   LOOP
     -- 1a. Limited tenants that look eligible (not paused, a slot free and starts left in
-    --     the rate window by this snapshot): lock their rows, least recently served first.
-    --     Full tenants are filtered out before the LIMIT, so they cannot crowd out tenants
-    --     with room, and are not locked, so they hold back no other claim.
+    --     the rate window by this snapshot, and, with a per-key limit, a key with work
+    --     below its limit): lock their rows, least recently served first. Full tenants are
+    --     filtered out before the LIMIT, so they cannot crowd out tenants with room, and
+    --     are not locked, so they hold back no other claim.
     SELECT coalesce(array_agg(e.tenant), '{}') INTO v_exclusive FROM (
       SELECT t.tenant FROM "tusk".tenants t
       WHERE t.tenant = ANY (v_candidates) AND NOT t.paused
@@ -473,8 +481,11 @@ BEGIN
         AND "tusk".rate_left(t, clock_timestamp()) > 0
         AND (coalesce(t.slots, v_default) IS NULL
              OR coalesce(t.slots, v_default) > "tusk".running_now(t.tenant, ''))
+        AND (t.per_key IS NULL
+             OR EXISTS (SELECT 1 FROM unnest(v_pairs) p
+                        WHERE p.tenant = t.tenant AND "tusk".key_lanes(p.queue, p.tenant, 1) IS NOT NULL))
       ORDER BY "tusk".served_at(t.tenant), t.tenant
-      LIMIT least(p_max_tenants, v_left)
+      LIMIT least(p_max_tenants, coalesce(v_pick, v_left))
       FOR UPDATE OF t SKIP LOCKED
     ) e;
 
@@ -484,7 +495,7 @@ BEGIN
       WHERE t.tenant = ANY (v_candidates) AND NOT t.paused
         AND t.per_key IS NULL AND coalesce(t.slots, v_default) IS NULL AND t.rate_limit IS NULL
       ORDER BY "tusk".served_at(t.tenant), t.tenant
-      LIMIT least(p_max_tenants, v_left)
+      LIMIT least(p_max_tenants, coalesce(v_pick, v_left))
     ) u
     WHERE pg_try_advisory_xact_lock_shared(v_space, hashtext(u.tenant))
       AND (u.slots IS NOT NULL OR pg_try_advisory_xact_lock_shared(v_space, 0));
@@ -502,8 +513,11 @@ BEGIN
       WHERE t.per_key IS NOT NULL AND p.tenant = ANY (v_exclusive)
     ) x;
     IF v_lanes IS NULL THEN
-      IF NOT "tusk".pass_turn(v_candidates, v_exclusive || v_shared) THEN RETURN; END IF;
       v_candidates := ARRAY(SELECT c FROM unnest(v_candidates) c WHERE c <> ALL (v_exclusive || v_shared));
+      v_passed := v_passed || v_exclusive;
+      v_empty := v_empty + 1;
+      EXIT WHEN cardinality(v_candidates) = 0 OR v_empty >= 3;
+      v_pick := p_max_tenants;
       CONTINUE;
     END IF;
 
@@ -672,8 +686,11 @@ BEGIN
     INTO v_ids, v_tids, v_queues, v_tenants, v_priorities,
          v_mark_queues, v_mark_tenants, v_mark_priorities, v_mark_ids, v_mark_snaps, v_share;
     IF cardinality(v_ids) = 0 THEN
-      IF NOT "tusk".pass_turn(v_candidates, v_exclusive || v_shared) THEN RETURN; END IF;
       v_candidates := ARRAY(SELECT c FROM unnest(v_candidates) c WHERE c <> ALL (v_exclusive || v_shared));
+      v_passed := v_passed || v_exclusive;
+      v_empty := v_empty + 1;
+      EXIT WHEN cardinality(v_candidates) = 0 OR v_empty >= 3;
+      v_pick := p_max_tenants;
       CONTINUE;
     END IF;
 
@@ -692,8 +709,14 @@ BEGIN
       WHERE j.ctid = ANY (v_tids) AND j.state IS NOT DISTINCT FROM 'available'
       RETURNING j.*
     ),
+    -- the limited tenants passed over by an empty round are served too: the next claims
+    -- choose the others first. Not a tenant without a limit: it may have been empty only
+    -- because another claim held its jobs, and that claim may not serve it.
     served AS (
-      INSERT INTO "tusk".tenant_serves (tenant) SELECT DISTINCT c.tenant FROM claimed c
+      INSERT INTO "tusk".tenant_serves (tenant)
+      SELECT DISTINCT c.tenant FROM claimed c
+      UNION
+      SELECT p.tenant FROM unnest(v_passed) p(tenant) WHERE EXISTS (SELECT 1 FROM claimed)
     ),
     rated AS (
       UPDATE "tusk".tenants t SET
@@ -740,6 +763,7 @@ BEGIN
         AND (a.expires_at IS NULL OR a.expires_at > now()));
 
     v_left := v_left - cardinality(v_ids);
+    v_passed := '{}';
     SELECT array_agg(c.t) INTO v_full FROM (
       SELECT t FROM unnest(v_tenants) t GROUP BY t HAVING count(*) >= v_share) c;
     EXIT WHEN v_left <= 0 OR v_full IS NULL;
@@ -1731,10 +1755,10 @@ BEGIN
 END $$;
 
 --
--- Name: key_lanes(text, text); Type: FUNCTION; Schema: tusk; Owner: -
+-- Name: key_lanes(text, text, integer); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
-CREATE FUNCTION tusk.key_lanes(p_queue text, p_tenant text) RETURNS tusk.lane[]
+CREATE FUNCTION tusk.key_lanes(p_queue text, p_tenant text, p_max integer DEFAULT NULL::integer) RETURNS tusk.lane[]
     LANGUAGE plpgsql STABLE
     SET enable_seqscan TO 'off'
     SET jit TO 'off'
@@ -1767,7 +1791,7 @@ BEGIN
     )
     SELECT array_agg(ROW(p_queue, p_tenant, k.concurrency_key)::"tusk".lane)
     FROM (SELECT * FROM k WHERE k.concurrency_key <> ALL (v_full)
-          LIMIT (SELECT c.key_lanes FROM "tusk".config c WHERE c.singleton)) k);
+          LIMIT coalesce(p_max, (SELECT c.key_lanes FROM "tusk".config c WHERE c.singleton))) k);
 END $$;
 
 --
@@ -2099,21 +2123,6 @@ BEGIN
              AND (j.priority, j.id) > (p.priority, p.id)
            ORDER BY j.priority, j.id LIMIT 1) IS NOT NULL
        OR EXISTS (SELECT 1 FROM arr a WHERE a.queue = p.queue AND a.tenant = p.tenant));
-END $$;
-
---
--- Name: pass_turn(text[], text[]); Type: FUNCTION; Schema: tusk; Owner: -
---
-
-CREATE FUNCTION tusk.pass_turn(p_candidates text[], p_chosen text[]) RETURNS boolean
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-  IF NOT EXISTS (SELECT 1 FROM unnest(p_candidates) c WHERE c <> ALL (p_chosen)) THEN
-    RETURN false;
-  END IF;
-  INSERT INTO "tusk".tenant_serves (tenant) SELECT DISTINCT c FROM unnest(p_chosen) c;
-  RETURN true;
 END $$;
 
 --

@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { type JobContext, TuskValidationError } from '../src/index.js';
 import { eventually, sleep, useTestDb } from './helpers.js';
@@ -267,6 +268,68 @@ describe('slots', () => {
     expect(await fetchOne(null)).toEqual(['waiting']);
     expect(await fetchOne(null)).toEqual(['waiting']);
     expect(await fetchOne(null)).toEqual([]);
+  });
+
+  it('an idle claim passing over a tenant with nothing to give writes nothing', async () => {
+    await db.tusk.tenants.set('idle-keys', { perKey: 1 });
+    await db.tusk.tenants.set('idle-full', { slots: 1 });
+    const fetchAny = async (tenant: string | null = null) =>
+      (await db.rows<{ tenant: string }>(`SELECT tenant FROM $schema.fetch_jobs(1, 60000, 'idle', $1)`, [tenant])).map(
+        (r) => r.tenant,
+      );
+    // each with a job running and one waiting that cannot start: a key at its limit, a slot
+    for (const tenant of ['idle-keys', 'idle-full']) {
+      for (let i = 0; i < 2; i++) await db.tusk.enqueue('probe', {}, { tenant, queue: 'idle', concurrencyKey: 'k' });
+      expect(await fetchAny(tenant)).toEqual([tenant]);
+    }
+    const serves = async () =>
+      (
+        await db.rows<{ n: number }>(
+          "SELECT count(*)::integer AS n FROM $schema.tenant_serves WHERE tenant = 'idle-keys'",
+        )
+      )[0]?.n;
+    const before = await serves();
+    expect(await fetchAny()).toEqual([]);
+    expect(await fetchAny()).toEqual([]);
+    expect(await serves()).toBe(before);
+  });
+
+  it('a tenant without a limit whose only job another claim holds keeps its turn', async () => {
+    await db.tusk.tenants.set('turn-l', { slots: 5 });
+    const tenants = ['turn-l', 'turn-s', 'turn-c', 'turn-d'];
+    const claimOne = async (on: pg.ClientBase | pg.Pool, tenant: string | null = null) =>
+      (
+        await on.query<{ tenant: string }>(
+          `SELECT tenant FROM "${db.schema}".claim_jobs(NULL, 1, 60000, '{turn}', $1)`,
+          [tenant],
+        )
+      ).rows.map((r) => r.tenant);
+    // served in this order, then one job each waiting
+    for (const tenant of tenants) {
+      await db.tusk.enqueue('probe', {}, { tenant, queue: 'turn' });
+      expect(await claimOne(db.pool, tenant)).toEqual([tenant]);
+    }
+    for (const tenant of tenants) await db.tusk.enqueue('probe', {}, { tenant, queue: 'turn' });
+    const serves = async () =>
+      (
+        await db.rows<{ n: number }>("SELECT count(*)::integer AS n FROM $schema.tenant_serves WHERE tenant = 'turn-s'")
+      )[0]?.n;
+    const first = new pg.Client({ connectionString: db.url });
+    await first.connect();
+    try {
+      await first.query('BEGIN');
+      // first in turn: 'turn-l'; its claim also locks 'turn-s''s job (a share in each lane) and leaves it
+      expect(await claimOne(first)).toEqual(['turn-l']);
+      const before = await serves();
+      // 'turn-s' comes back empty here only because of that lock: it is not served, and keeps its turn
+      expect(await claimOne(db.pool)).toEqual(['turn-c']);
+      expect(await serves()).toBe(before);
+    } finally {
+      await first.query('ROLLBACK');
+      await first.end();
+    }
+    expect(await claimOne(db.pool)).toEqual(['turn-l']);
+    expect(await claimOne(db.pool)).toEqual(['turn-s']);
   });
 });
 
