@@ -431,8 +431,8 @@ DECLARE
   v_left integer := p_limit;
   v_share integer;
   v_full text[];
-  -- after a round that took nothing: how many tenants a round may choose, the empty rounds
-  -- so far, and the limited tenants they passed over
+  -- after a round that took nothing from limited tenants it chose: how many of them the
+  -- next round may choose, such rounds so far, and the limited tenants they passed over
   v_pick integer;
   v_empty integer := 0;
   v_passed text[] := '{}';
@@ -464,10 +464,12 @@ BEGIN
   -- another round follows, among the tenants that took their whole share (v_full), only
   -- when there are some: they may have more. A round that takes nothing from the tenants
   -- it chose (their keys at their limit, their jobs expired or held by other claims) goes
-  -- on with the candidates it left out, choosing up to p_max_tenants of them, three empty
-  -- rounds at most; the limited tenants it passed over are served (moved back) with the
-  -- first jobs the claim takes. Each round takes at least one job, or leaves out at least
-  -- one tenant, or ends.
+  -- on with the candidates it left out. After one that chose limited tenants, the next may
+  -- choose up to p_max_tenants of them, three such rounds at most, and the ones passed over
+  -- are served (moved back) with the first jobs the claim takes. Unlimited tenants are
+  -- chosen as many as there is room for, as ever: one of them is empty only while other
+  -- claims hold its jobs, and choosing more would lock a job in each. Each round takes at
+  -- least one job, or leaves out at least one tenant, or ends.
   LOOP
     -- 1a. Limited tenants that look eligible (not paused, a slot free and starts left in
     --     the rate window by this snapshot, and, with a per-key limit, a key with work
@@ -495,7 +497,7 @@ BEGIN
       WHERE t.tenant = ANY (v_candidates) AND NOT t.paused
         AND t.per_key IS NULL AND coalesce(t.slots, v_default) IS NULL AND t.rate_limit IS NULL
       ORDER BY "tusk".served_at(t.tenant), t.tenant
-      LIMIT least(p_max_tenants, coalesce(v_pick, v_left))
+      LIMIT least(p_max_tenants, v_left)
     ) u
     WHERE pg_try_advisory_xact_lock_shared(v_space, hashtext(u.tenant))
       AND (u.slots IS NOT NULL OR pg_try_advisory_xact_lock_shared(v_space, 0));
@@ -515,9 +517,12 @@ BEGIN
     IF v_lanes IS NULL THEN
       v_candidates := ARRAY(SELECT c FROM unnest(v_candidates) c WHERE c <> ALL (v_exclusive || v_shared));
       v_passed := v_passed || v_exclusive;
-      v_empty := v_empty + 1;
-      EXIT WHEN cardinality(v_candidates) = 0 OR v_empty >= 3;
-      v_pick := p_max_tenants;
+      EXIT WHEN cardinality(v_candidates) = 0;
+      IF cardinality(v_exclusive) > 0 THEN
+        v_empty := v_empty + 1;
+        EXIT WHEN v_empty >= 3;
+        v_pick := p_max_tenants;
+      END IF;
       CONTINUE;
     END IF;
 
@@ -688,9 +693,12 @@ BEGIN
     IF cardinality(v_ids) = 0 THEN
       v_candidates := ARRAY(SELECT c FROM unnest(v_candidates) c WHERE c <> ALL (v_exclusive || v_shared));
       v_passed := v_passed || v_exclusive;
-      v_empty := v_empty + 1;
-      EXIT WHEN cardinality(v_candidates) = 0 OR v_empty >= 3;
-      v_pick := p_max_tenants;
+      EXIT WHEN cardinality(v_candidates) = 0;
+      IF cardinality(v_exclusive) > 0 THEN
+        v_empty := v_empty + 1;
+        EXIT WHEN v_empty >= 3;
+        v_pick := p_max_tenants;
+      END IF;
       CONTINUE;
     END IF;
 
@@ -764,6 +772,7 @@ BEGIN
 
     v_left := v_left - cardinality(v_ids);
     v_passed := '{}';
+    v_pick := NULL;
     SELECT array_agg(c.t) INTO v_full FROM (
       SELECT t FROM unnest(v_tenants) t GROUP BY t HAVING count(*) >= v_share) c;
     EXIT WHEN v_left <= 0 OR v_full IS NULL;

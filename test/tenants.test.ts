@@ -294,6 +294,40 @@ describe('slots', () => {
     expect(await serves()).toBe(before);
   });
 
+  it('claims of one job side by side, each held open, each take the next tenant in turn', async () => {
+    // tenants without limits, one job each: a claim locks no job it does not take, so the
+    // claims beside it find the next tenant's job, not an empty turn
+    const tenants = Array.from({ length: 10 }, (_, i) => `side-${i}`);
+    for (const tenant of tenants) await db.tusk.enqueue('probe', {}, { tenant, queue: 'side' });
+    // their rows, which a first claim inserts (a claim held open would hold the others there)
+    await db.rows('INSERT INTO $schema.tenants (tenant) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING', [tenants]);
+    const sessions = await Promise.all(
+      [0, 1, 2, 3].map(async () => {
+        const c = new pg.Client({ connectionString: db.url });
+        await c.connect();
+        await c.query('BEGIN');
+        return c;
+      }),
+    );
+    try {
+      const got: string[][] = [];
+      for (const c of sessions) {
+        const { rows } = await c.query<{ tenant: string }>(
+          `SELECT tenant FROM "${db.schema}".claim_jobs(NULL, 1, 60000, '{side}')`,
+        );
+        got.push(rows.map((r) => r.tenant));
+      }
+      expect(got).toEqual([['side-0'], ['side-1'], ['side-2'], ['side-3']]);
+    } finally {
+      await Promise.all(
+        sessions.map(async (c) => {
+          await c.query('ROLLBACK');
+          await c.end();
+        }),
+      );
+    }
+  });
+
   it('a tenant without a limit whose only job another claim holds keeps its turn', async () => {
     await db.tusk.tenants.set('turn-l', { slots: 5 });
     const tenants = ['turn-l', 'turn-s', 'turn-c', 'turn-d'];
