@@ -17,6 +17,21 @@ const s = `"${db.schema}"`;
 const warnings: string[] = [];
 process.on('warning', (w) => warnings.push(`${w.name}: ${w.message}`));
 
+/** A database URL whose sessions default to SERIALIZABLE. */
+const serializableUrl = () =>
+  `${db.url}${db.url.includes('?') ? '&' : '?'}options=${encodeURIComponent('-c default_transaction_isolation=serializable')}`;
+
+/** The ids of the jobs an HTTP server's `/api/fetch` leases from `queue`, and the answer's status. */
+async function httpFetch(url: string, token: string, queue: string) {
+  const res = await fetch(`${url}/api/fetch`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ queue }),
+  });
+  const ids = res.status === 200 ? ((await res.json()) as { jobs: Array<{ id: string }> }).jobs.map((j) => j.id) : [];
+  return { status: res.status, ids };
+}
+
 const enqueue = async (queue: string, options: Record<string, unknown> = {}, on: pg.ClientBase | pg.Pool = db.pool) =>
   (
     await on.query<{ id: string }>(`SELECT ${s}.enqueue_job('work', 'null', $1) AS id`, [
@@ -335,10 +350,7 @@ describe('claims from lane marks', () => {
   });
 
   it("Tusk's own connections run at READ COMMITTED: a worker, the upkeep and the HTTP fetch work under a SERIALIZABLE default", async () => {
-    const serializable = encodeURIComponent('-c default_transaction_isolation=serializable');
-    const strict = db.another({
-      connectionString: `${db.url}${db.url.includes('?') ? '&' : '?'}options=${serializable}`,
-    });
+    const strict = db.another({ connectionString: serializableUrl() });
     const { id } = await strict.enqueue('work', null, { queue: 'strict' });
     const worker = db.worker({ queues: ['strict'], tasks: { work: async () => 'ok' } }, strict);
     await worker.start();
@@ -355,13 +367,7 @@ describe('claims from lane marks', () => {
     const up = await server.listen({ port: 0 });
     try {
       const { id: remote } = await strict.enqueue('work', null, { queue: 'strict-http' });
-      const res = await fetch(`${up.url}/api/fetch`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ queue: 'strict-http' }),
-      });
-      expect(res.status).toBe(200);
-      expect(((await res.json()) as { jobs: Array<{ id: string }> }).jobs.map((j) => j.id)).toEqual([remote]);
+      expect(await httpFetch(up.url, token, 'strict-http')).toEqual({ status: 200, ids: [remote] });
     } finally {
       await up.close();
     }
@@ -372,9 +378,8 @@ describe('claims from lane marks', () => {
 
   it("the HTTP server's pools, made from an app's pool, run the app pool's onConnect and then set READ COMMITTED", async () => {
     let hooked = 0;
-    const serializable = encodeURIComponent('-c default_transaction_isolation=serializable');
     const appPool = new pg.Pool({
-      connectionString: `${db.url}${db.url.includes('?') ? '&' : '?'}options=${serializable}`,
+      connectionString: serializableUrl(),
       max: 2,
       onConnect: async () => {
         hooked++;
@@ -386,13 +391,7 @@ describe('claims from lane marks', () => {
     try {
       const before = hooked;
       const { id } = await db.tusk.enqueue('work', null, { queue: 'app-pool-http' });
-      const res = await fetch(`${up.url}/api/fetch`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ queue: 'app-pool-http' }),
-      });
-      expect(res.status).toBe(200);
-      expect(((await res.json()) as { jobs: Array<{ id: string }> }).jobs.map((j) => j.id)).toEqual([id]);
+      expect(await httpFetch(up.url, token, 'app-pool-http')).toEqual({ status: 200, ids: [id] });
       expect(hooked).toBeGreaterThan(before); // the leases pool's new connection ran the app's hook
     } finally {
       await up.close();
