@@ -29,6 +29,18 @@ function concurrencyProbe(ms: number) {
 const finishedIn = async (queue: string) =>
   (await db.rows(`SELECT 1 FROM $schema.jobs WHERE queue = $1`, [queue])).length === 0;
 
+/** The tenant of the job a lease of one from `queue` got (of `tenant`, or of any), or none. */
+const fetchOne = async (queue: string, tenant: string | null = null) =>
+  (await db.rows<{ tenant: string }>('SELECT tenant FROM $schema.fetch_jobs(1, 60000, $1, $2)', [queue, tenant])).map(
+    (r) => r.tenant,
+  );
+
+/** How many serves of `tenant` are recorded (its turns, for the order of claims). */
+const servesOf = async (tenant: string) =>
+  (
+    await db.rows<{ n: number }>('SELECT count(*)::integer AS n FROM $schema.tenant_serves WHERE tenant = $1', [tenant])
+  )[0]?.n;
+
 describe('tenant settings', () => {
   it('set, get, list, pause, resume, default', async () => {
     expect(await db.tusk.tenants.set('acme', { slots: 5, perKey: 2 })).toMatchObject({
@@ -251,47 +263,30 @@ describe('slots', () => {
   it('a claim of one job goes past a tenant first in turn whose keys are all at their limit', async () => {
     await db.tusk.tenants.set('stuck-keys', { perKey: 1 });
     await db.tusk.tenants.set('waiting', { slots: 5 });
-    const fetchOne = async (tenant: string | null) =>
-      (
-        await db.rows<{ tenant: string; id: string }>(
-          `SELECT tenant, id::text FROM $schema.fetch_jobs(1, 60000, 'pass', $1)`,
-          [tenant],
-        )
-      ).map((r) => r.tenant);
     // served first, its key then at its limit with a job waiting behind it
     for (let i = 0; i < 2; i++)
       await db.tusk.enqueue('probe', {}, { tenant: 'stuck-keys', queue: 'pass', concurrencyKey: 'k' });
-    expect(await fetchOne('stuck-keys')).toEqual(['stuck-keys']);
+    expect(await fetchOne('pass', 'stuck-keys')).toEqual(['stuck-keys']);
     for (let i = 0; i < 3; i++) await db.tusk.enqueue('probe', {}, { tenant: 'waiting', queue: 'pass' });
-    expect(await fetchOne('waiting')).toEqual(['waiting']);
+    expect(await fetchOne('pass', 'waiting')).toEqual(['waiting']);
     // any tenant: 'stuck-keys' is first in turn and yields nothing
-    expect(await fetchOne(null)).toEqual(['waiting']);
-    expect(await fetchOne(null)).toEqual(['waiting']);
-    expect(await fetchOne(null)).toEqual([]);
+    expect(await fetchOne('pass')).toEqual(['waiting']);
+    expect(await fetchOne('pass')).toEqual(['waiting']);
+    expect(await fetchOne('pass')).toEqual([]);
   });
 
   it('an idle claim passing over a tenant with nothing to give writes nothing', async () => {
     await db.tusk.tenants.set('idle-keys', { perKey: 1 });
     await db.tusk.tenants.set('idle-full', { slots: 1 });
-    const fetchAny = async (tenant: string | null = null) =>
-      (await db.rows<{ tenant: string }>(`SELECT tenant FROM $schema.fetch_jobs(1, 60000, 'idle', $1)`, [tenant])).map(
-        (r) => r.tenant,
-      );
     // each with a job running and one waiting that cannot start: a key at its limit, a slot
     for (const tenant of ['idle-keys', 'idle-full']) {
       for (let i = 0; i < 2; i++) await db.tusk.enqueue('probe', {}, { tenant, queue: 'idle', concurrencyKey: 'k' });
-      expect(await fetchAny(tenant)).toEqual([tenant]);
+      expect(await fetchOne('idle', tenant)).toEqual([tenant]);
     }
-    const serves = async () =>
-      (
-        await db.rows<{ n: number }>(
-          "SELECT count(*)::integer AS n FROM $schema.tenant_serves WHERE tenant = 'idle-keys'",
-        )
-      )[0]?.n;
-    const before = await serves();
-    expect(await fetchAny()).toEqual([]);
-    expect(await fetchAny()).toEqual([]);
-    expect(await serves()).toBe(before);
+    const before = await servesOf('idle-keys');
+    expect(await fetchOne('idle')).toEqual([]);
+    expect(await fetchOne('idle')).toEqual([]);
+    expect(await servesOf('idle-keys')).toBe(before);
   });
 
   it('claims of one job side by side, each held open, each take the next tenant in turn', async () => {
@@ -344,20 +339,16 @@ describe('slots', () => {
       expect(await claimOne(db.pool, tenant)).toEqual([tenant]);
     }
     for (const tenant of tenants) await db.tusk.enqueue('probe', {}, { tenant, queue: 'turn' });
-    const serves = async () =>
-      (
-        await db.rows<{ n: number }>("SELECT count(*)::integer AS n FROM $schema.tenant_serves WHERE tenant = 'turn-s'")
-      )[0]?.n;
     const first = new pg.Client({ connectionString: db.url });
     await first.connect();
     try {
       await first.query('BEGIN');
       // first in turn: 'turn-l'; its claim also locks 'turn-s''s job (a share in each lane) and leaves it
       expect(await claimOne(first)).toEqual(['turn-l']);
-      const before = await serves();
+      const before = await servesOf('turn-s');
       // 'turn-s' comes back empty here only because of that lock: it is not served, and keeps its turn
       expect(await claimOne(db.pool)).toEqual(['turn-c']);
-      expect(await serves()).toBe(before);
+      expect(await servesOf('turn-s')).toBe(before);
     } finally {
       await first.query('ROLLBACK');
       await first.end();

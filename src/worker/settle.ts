@@ -62,12 +62,14 @@ export function settleAttempt(
   }
   entry.error = errorRecord(outcome.error, row.attempts);
   const reason = job.reason;
-  if (reason instanceof WorkerStoppingError && row.attempts < row.max_attempts) {
-    outcomes.requeue(entry);
-  } else if (reason instanceof WorkerStoppingError) {
-    // no attempt left: it ends as a lost lease or a nack would (retrying it broke maxAttempts)
-    counters.dead++;
-    outcomes.finish('dead', entry);
+  if (reason instanceof WorkerStoppingError) {
+    if (row.attempts < row.max_attempts) {
+      outcomes.requeue(entry);
+    } else {
+      // no attempt left: it ends as a lost lease or a nack would (retrying it broke maxAttempts)
+      counters.dead++;
+      outcomes.finish('dead', entry);
+    }
   } else if (reason instanceof JobCancelledError) {
     counters.cancelled++;
     outcomes.finish('cancelled', entry);
