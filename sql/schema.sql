@@ -41,14 +41,16 @@ CREATE TYPE tusk.lane AS (
 --
 
 CREATE FUNCTION tusk.ack_job(p_id bigint, p_token bigint, p_result jsonb DEFAULT NULL::jsonb) RETURNS boolean
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-  SELECT CASE WHEN p_token IS NULL THEN false
-    ELSE EXISTS (SELECT 1 FROM "tusk".finish_jobs('succeeded',
-      jsonb_build_array(jsonb_build_object('id', p_id, 'token', p_token, 'result', p_result))))
-  END
-$$;
+BEGIN
+  IF p_token IS NULL THEN
+    RETURN false;
+  END IF;
+  RETURN EXISTS (SELECT 1 FROM "tusk".finish_jobs('succeeded',
+    jsonb_build_array(jsonb_build_object('id', p_id, 'token', p_token, 'result', p_result))));
+END $$;
 
 --
 -- Name: append_error(jsonb, jsonb); Type: FUNCTION; Schema: tusk; Owner: -
@@ -1055,13 +1057,15 @@ END $$;
 --
 
 CREATE FUNCTION tusk.enqueue_entry(p_task jsonb, p_payload jsonb, p_options jsonb, p_at text, p_entry boolean) RETURNS jsonb
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
-  SELECT coalesce(jsonb_strip_nulls(jsonb_build_object(
-           'tenant', d.tenant, 'queue', d.queue, 'max_attempts', d.max_attempts)), '{}') || e.entry
-  FROM (SELECT "tusk".enqueue_entry_options(p_task, p_payload, p_options, p_at, p_entry) AS entry) e
-  LEFT JOIN "tusk".task_definitions d ON d.task = e.entry ->> 'task'
-$$;
+DECLARE
+  v_entry jsonb := "tusk".enqueue_entry_options(p_task, p_payload, p_options, p_at, p_entry);
+BEGIN
+  RETURN coalesce((
+    SELECT jsonb_strip_nulls(jsonb_build_object('tenant', d.tenant, 'queue', d.queue, 'max_attempts', d.max_attempts))
+    FROM "tusk".task_definitions d WHERE d.task = v_entry ->> 'task'), '{}') || v_entry;
+END $$;
 
 --
 -- Name: enqueue_entry_options(jsonb, jsonb, jsonb, text, boolean); Type: FUNCTION; Schema: tusk; Owner: -
@@ -1407,13 +1411,17 @@ $$;
 --
 
 CREATE FUNCTION tusk.extend_lease(p_id bigint, p_token bigint, p_ms integer) RETURNS timestamp with time zone
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+DECLARE
+  v_until timestamptz;
+BEGIN
   UPDATE "tusk".jobs SET lease_until = now() + p_ms * interval '1 millisecond'
   WHERE id = p_id AND lease_token = p_token AND state = 'running'
-  RETURNING lease_until
-$$;
+  RETURNING lease_until INTO v_until;
+  RETURN v_until;
+END $$;
 
 --
 -- Name: fetch_jobs(integer, integer, text, text); Type: FUNCTION; Schema: tusk; Owner: -
@@ -1507,17 +1515,20 @@ END $$;
 --
 
 CREATE FUNCTION tusk.find_token(p_hash bytea) RETURNS TABLE(id integer, tenant text, scopes text[])
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+#variable_conflict use_column
+BEGIN
+  RETURN QUERY
   WITH t AS (
     SELECT a.id, a.tenant, a.scopes, a.last_used_at FROM "tusk".api_tokens a
     WHERE a.token_hash = p_hash AND a.revoked_at IS NULL),
   touched AS (  -- its use noted at most once a minute: busy clients do not write on every request
     UPDATE "tusk".api_tokens a SET last_used_at = now() FROM t
     WHERE a.id = t.id AND (t.last_used_at IS NULL OR t.last_used_at < now() - interval '1 minute'))
-  SELECT t.id, t.tenant, t.scopes FROM t
-$$;
+  SELECT t.id, t.tenant, t.scopes FROM t;
+END $$;
 
 --
 -- Name: finish_jobs(tusk.job_state, jsonb, boolean); Type: FUNCTION; Schema: tusk; Owner: -
@@ -1854,15 +1865,20 @@ $$;
 --
 
 CREATE FUNCTION tusk.look_snapshot() RETURNS pg_snapshot
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
-  SELECT CASE WHEN a.own IS NULL OR a.own >= pg_snapshot_xmax(a.s) THEN a.s
-    ELSE (least(pg_snapshot_xmin(a.s), a.own)::text || ':' || pg_snapshot_xmax(a.s)::text || ':'
+DECLARE
+  v_snap pg_snapshot := pg_current_snapshot();
+  v_own xid8 := pg_current_xact_id_if_assigned();
+BEGIN
+  -- pg_current_snapshot() leaves the transaction's own xid out of its list: put it in
+  IF v_own IS NULL OR v_own >= pg_snapshot_xmax(v_snap) THEN
+    RETURN v_snap;
+  END IF;
+  RETURN (least(pg_snapshot_xmin(v_snap), v_own)::text || ':' || pg_snapshot_xmax(v_snap)::text || ':'
           || (SELECT string_agg(u.x::text, ',' ORDER BY u.x)
-              FROM (SELECT pg_snapshot_xip(a.s) UNION SELECT a.own) u(x)))::pg_snapshot
-  END
-  FROM (SELECT pg_current_snapshot() AS s, pg_current_xact_id_if_assigned() AS own) a
-$$;
+              FROM (SELECT pg_snapshot_xip(v_snap) UNION SELECT v_own) u(x)))::pg_snapshot;
+END $$;
 
 --
 -- Name: maintain(integer); Type: FUNCTION; Schema: tusk; Owner: -

@@ -101,6 +101,54 @@ describe('plans kept by a connection', () => {
     await pin.query('ROLLBACK');
   });
 
+  it('the hot paths call no SQL-language helper, which would be planned again at each call', async () => {
+    // A LANGUAGE sql function that is not inlined (a FROM clause, a write, SECURITY
+    // DEFINER) is parsed and planned at every call; one called twice a claim took a tenth
+    // of the claim's time. Function statistics list the functions a transaction called
+    // and not the inlined ones, so what this one calls must be PL/pgSQL, or immutable SQL
+    // without arguments (a lock key: folded to a constant when the caller is planned).
+    const c = await client();
+    await c.query('BEGIN');
+    try {
+      await c.query(`SET LOCAL track_functions = 'all'`);
+      await c.query(`SELECT ${s}.enqueue_job('hot', '{}', '{"queue": "hot"}')`);
+      await c.query(
+        `SELECT * FROM ${s}.enqueue_jobs('[{"task": "hot", "queue": "hot"}, {"task": "hot", "queue": "hot"}]')`,
+      );
+      const claimed = await c.query<{ id: string; lease_token: string }>(
+        `SELECT id, lease_token FROM ${s}.claim_jobs(NULL, 1, 60000, '{hot}')`,
+      );
+      const fetched = await c.query<{ id: string; lease_token: string }>(
+        `SELECT id, lease_token FROM ${s}.fetch_jobs(2, 60000, 'hot')`,
+      );
+      const [a, b] = fetched.rows;
+      const [own] = claimed.rows;
+      expect(own && a && b).toBeTruthy();
+      if (!own || !a || !b) return;
+      await c.query(`SELECT ${s}.extend_lease($1, $2, 60000)`, [a.id, a.lease_token]);
+      await c.query(`SELECT ${s}.ack_job($1, $2)`, [a.id, a.lease_token]);
+      await c.query(`SELECT ${s}.nack_job($1, $2)`, [b.id, b.lease_token]);
+      await c.query(`SELECT count(*) FROM ${s}.finish_jobs('succeeded', $1::jsonb)`, [
+        JSON.stringify([{ id: Number(own.id), token: Number(own.lease_token) }]),
+      ]);
+      await c.query(`SELECT * FROM ${s}.find_token('\\x00')`);
+      const called = await c.query<{ name: string; language: string }>(
+        `SELECT p.proname AS name, l.lanname AS language
+         FROM pg_stat_xact_user_functions f JOIN pg_proc p ON p.oid = f.funcid
+         JOIN pg_language l ON l.oid = p.prolang
+         WHERE f.schemaname = $1 AND NOT (p.provolatile = 'i' AND p.pronargs = 0) ORDER BY 1`,
+        [db.schema],
+      );
+      // the calls were counted: the claim's own helpers are among them
+      expect(called.rows.map((r) => r.name)).toEqual(
+        expect.arrayContaining(['claim_jobs', 'look_snapshot', 'enqueue_entry']),
+      );
+      expect(called.rows.filter((r) => r.language !== 'plpgsql')).toEqual([]);
+    } finally {
+      await c.query('ROLLBACK');
+    }
+  });
+
   it('functions that turn sequential scans off turn JIT off too', async () => {
     // with sequential scans off, a read that has no other path (a small table read whole)
     // is costed 10^10, past JIT's thresholds: hundreds of ms to compile a read of one row
