@@ -273,6 +273,52 @@ describe('worker', () => {
     });
   });
 
+  it('an idle worker claims a job once and then looks again eight times, whatever its end and outcome; it reads the next due time twice (3 times)', async () => {
+    // Claims an idle worker sends for one job: the claim that takes it, then the
+    // look-agains (2, 4 … 256 ms after). A job's end and its outcome written make room,
+    // but say nothing of jobs waiting: they used to wake both claim loops each, and the
+    // claim right after the job's came back empty: 11 or 12 claims here. The next due time can
+    // only come earlier with a notification: it is read after the job's claim and before
+    // the poll's wait, not after each look (11 reads here).
+    for (let round = 0; round < 3; round++) {
+      const queue = `idle-claims-${round}`;
+      const pool = new pg.Pool({ connectionString: db.url, max: 4 });
+      const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+      let claims = 0;
+      let dueReads = 0;
+      pool.query = ((...args: unknown[]) => {
+        const first = args[0] as string | { text?: string };
+        const text = typeof first === 'string' ? first : first?.text;
+        if (text?.includes('claim_jobs')) claims++;
+        if (text?.includes('next_due_in_ms')) dueReads++;
+        return query(...args);
+      }) as typeof pool.query;
+      const tusk = db.another({ pool });
+      const worker = db.worker(
+        { queues: [queue], concurrency: 2, pollMs: 600_000, tasks: { step: async () => {} } },
+        tusk,
+      );
+      try {
+        await worker.start();
+        // the loops' first claims at the start, and their look-agains, are over
+        await sleep(700);
+        const before = { claims, dueReads };
+        const { id } = await db.tusk.enqueue('step', {}, { queue });
+        await finished(id);
+        // past the last look-again (the sum of the waits: 510 ms)
+        await sleep(900);
+        expect({ claims: claims - before.claims, dueReads: dueReads - before.dueReads }).toEqual({
+          claims: 9,
+          dueReads: 2,
+        });
+      } finally {
+        await worker.stop();
+        await tusk.close();
+        await pool.end();
+      }
+    }
+  });
+
   it('retries a failing job with backoff until dead, keeping every attempt error', async () => {
     const worker = db.worker({
       queues: ['retry'],

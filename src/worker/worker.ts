@@ -186,7 +186,7 @@ export class Worker {
     const outcomes = new OutcomeWriter(
       db.pool,
       { schema, log, batchSize: opts.batchSize, asyncCommit: opts.asyncCommit, leaseMs: opts.leaseMs },
-      () => this.#wakeups.wakeAll(),
+      () => this.#wakeups.roomMade(),
     );
     const { counters } = this;
     const held = this.#held;
@@ -314,7 +314,7 @@ export class Worker {
     run.claims.ran(runMs);
     settleAttempt(job, task, outcome, runMs, run.settling);
     this.#pump();
-    if (this.#want() > 0) this.#wakeups.wakeAll();
+    if (this.#want() > 0) this.#wakeups.roomMade();
   }
 
   /**
