@@ -1537,7 +1537,8 @@ END $$;
 CREATE FUNCTION tusk.finish_jobs(p_state tusk.job_state, p_jobs jsonb, p_async_commit boolean DEFAULT false) RETURNS TABLE(id bigint)
     LANGUAGE plpgsql
     SET jit TO 'off'
-    SET plan_cache_mode TO 'force_custom_plan'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
   v_ids bigint[];
@@ -1970,7 +1971,8 @@ END $$;
 CREATE FUNCTION tusk.move_to_history(p_state tusk.job_state, p_jobs jsonb) RETURNS bigint[]
     LANGUAGE plpgsql
     SET jit TO 'off'
-    SET plan_cache_mode TO 'force_custom_plan'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
   v_ids bigint[];
@@ -2894,7 +2896,7 @@ END $$;
 
 CREATE FUNCTION tusk.settle_dependents(p_ids bigint[], p_succeeded boolean) RETURNS void
     LANGUAGE plpgsql
-    SET plan_cache_mode TO 'force_custom_plan'
+    SET plan_cache_mode TO 'force_generic_plan'
     SET enable_seqscan TO 'off'
     SET jit TO 'off'
     AS $$
