@@ -273,13 +273,14 @@ describe('worker', () => {
     });
   });
 
-  it('an idle worker claims a job once and then looks again eight times, whatever its end and outcome; it reads the next due time twice (3 times)', async () => {
-    // Claims an idle worker sends for one job: the claim that takes it, then the
-    // look-agains (2, 4 … 256 ms after). A job's end and its outcome written make room,
-    // but say nothing of jobs waiting: they used to wake both claim loops each, and the
-    // claim right after the job's came back empty: 11 or 12 claims here. The next due time can
-    // only come earlier with a notification: it is read after the job's claim and before
-    // the poll's wait, not after each look (11 reads here).
+  it('an idle worker claims a job once, looks again eight times and once more when the outcome is written, and reads the next due time three times (3 times)', async () => {
+    // Claims an idle worker sends for one job: the claim that takes it, the look-agains
+    // (2, 4 … 256 ms after), and one claim when its outcome is written (which frees a slot
+    // in the database: a limited tenant's next job). A job's end makes room, but says
+    // nothing of jobs waiting: it used to wake both claim loops, as the outcome did, and
+    // the claim right after the job's came back empty: 11 or 12 claims here. The next
+    // due time can only come earlier with a notification: it is read after the job's
+    // claim and before each loop's poll, not after each look (11 reads here).
     for (let round = 0; round < 3; round++) {
       const queue = `idle-claims-${round}`;
       const pool = new pg.Pool({ connectionString: db.url, max: 4 });
@@ -308,14 +309,44 @@ describe('worker', () => {
         // past the last look-again (the sum of the waits: 510 ms)
         await sleep(900);
         expect({ claims: claims - before.claims, dueReads: dueReads - before.dueReads }).toEqual({
-          claims: 9,
-          dueReads: 2,
+          claims: 10,
+          dueReads: 3,
         });
       } finally {
         await worker.stop();
         await tusk.close();
         await pool.end();
       }
+    }
+  });
+
+  it("a limited tenant's next job starts once the job before it ends, not at the next poll", async () => {
+    // One slot: a claim takes one job and comes back short, and the loops go on to their
+    // look-agains, then to a poll (10 minutes here). Nothing announces the slot that the
+    // job's outcome frees: the outcome written wakes a loop.
+    const tenant = 'one-slot';
+    await db.tusk.tenants.set(tenant, { slots: 1 });
+    const ends: number[] = [];
+    const worker = db.worker({
+      queues: ['one-slot'],
+      concurrency: 4,
+      pollMs: 600_000,
+      tasks: {
+        // past the look-agains (510 ms in all): only a wake-up starts the next one
+        long: async () => {
+          await sleep(700);
+          ends.push(performance.now());
+        },
+      },
+    });
+    await worker.start();
+    try {
+      const ids = [];
+      for (let i = 0; i < 3; i++) ids.push((await db.tusk.enqueue('long', {}, { queue: 'one-slot', tenant })).id);
+      for (const id of ids) expect((await finished(id, 20_000))?.state).toBe('succeeded');
+      expect(ends).toHaveLength(3);
+    } finally {
+      await worker.stop();
     }
   });
 

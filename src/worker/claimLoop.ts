@@ -62,6 +62,11 @@ export class ClaimLoop {
     this.#o = parts.options;
   }
 
+  /** What is due next may have changed unannounced (notifications lost in a break): read it again. */
+  dueMayHaveChanged(): void {
+    this.#dueReadAt = null;
+  }
+
   /** A handler ran `runMs`: the 'auto' prefetch follows the average. */
   ran(runMs: number): void {
     this.#avgRunMs = this.#avgRunMs === null ? runMs : this.#avgRunMs * 0.9 + runMs * 0.1;
@@ -152,6 +157,8 @@ export class ClaimLoop {
         continue;
       }
       counters.claimed += rows.length;
+      // jobs taken may change what is due next (a rate window used up): read it again
+      if (rows.length > 0) this.#dueReadAt = null;
       const claimedAt = performance.now();
       // the lease runs from the claim's start on the server, so after claimSentAt here
       const leaseUntil = claimSentAt + this.#o.leaseMs - this.#o.leaseMarginMs;

@@ -2,10 +2,10 @@ import { wakeableDelay } from './delay.js';
 
 /**
  * How the claim loops wait: for a poll period, or until something makes a claim worth
- * its round trip (a job announced, room made, the connection back). A wake-up that comes
- * while no loop sleeps is kept for the next sleep, so none is lost between two claims.
- * Room made wakes only the loops that wait for room: a job's end or an outcome written
- * says nothing of jobs waiting, and a loop that found none has nothing to claim.
+ * its round trip (a job announced, room made, slots freed, the connection back). A
+ * wake-up that comes while no loop sleeps is kept for the next sleep, so none is lost
+ * between two claims. A job's end wakes only the loops that wait for room: it says
+ * nothing of jobs waiting, and a loop that found none has nothing to claim.
  */
 export class Wakeups {
   readonly #running: () => boolean;
@@ -38,16 +38,24 @@ export class Wakeups {
 
   /** Jobs were announced (NOTIFY). */
   notified(): void {
-    // one claim loop is enough for what a notification announces; the other follows if
-    // that claim comes back full
     if (!this.#running()) return;
     this.#notifications++;
+    this.wakeOne();
+  }
+
+  /**
+   * Wakes one loop (or the next to sleep): enough for what a notification announces, or
+   * for the slots an outcome written freed in the database (a limited tenant's next job,
+   * which nothing announces); the other loop follows if that claim comes back full.
+   */
+  wakeOne(): void {
+    if (!this.#running()) return;
     const [first] = this.#sleepers;
     if (first) first();
     else this.#woken = true;
   }
 
-  /** Room was made (a job ended, an outcome was written, held jobs were dropped). */
+  /** Room was made in the worker (a job ended). */
   roomMade(): void {
     for (const wake of [...this.#roomSleepers]) wake();
   }

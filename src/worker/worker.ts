@@ -186,7 +186,10 @@ export class Worker {
     const outcomes = new OutcomeWriter(
       db.pool,
       { schema, log, batchSize: opts.batchSize, asyncCommit: opts.asyncCommit, leaseMs: opts.leaseMs },
-      () => this.#wakeups.roomMade(),
+      // written, an outcome frees its slot in the database: a limited tenant's next job
+      // may be claimed now, and nothing announces it (nor room made: a loop whose claim
+      // was cut short by the limit sleeps as one that found nothing)
+      () => this.#wakeups.wakeOne(),
     );
     const { counters } = this;
     const held = this.#held;
@@ -329,6 +332,7 @@ export class Worker {
     this.#registration.reconnected();
     run.outcomes.retryNow();
     void run.heartbeats.beat();
+    run.claims.dueMayHaveChanged();
     this.#wakeups.wakeAll();
   }
 
