@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { otherClients } from '../src/db/embedded.js';
 import type { Tusk } from '../src/index.js';
 import { Gate } from './gate.js';
-import { eventually, recorder, useTestDb } from './helpers.js';
+import { eventually, recorder, sleep, useTestDb } from './helpers.js';
 
 // A worker whose connections all break at once (a server restart as its clients see it),
 // through a gate in front of the test server: the server and the test's own connections
@@ -273,6 +273,67 @@ describe('a worker cut off from the database', () => {
     expect(done?.result).toBe('done');
     expect(started).toBe(1);
     await worker.stop();
+  });
+});
+
+describe('a worker whose listening connection alone is cut off', () => {
+  it('keeps its running job however long it cannot reconnect: it beats over its pool, and nobody else runs the job', async () => {
+    // The pool reaches the server; the listening connection, which holds the lock that
+    // shows the worker alive, goes through the gate. Without its lock, a worker that has
+    // not beaten for a second is taken for dead and its jobs handed back.
+    const direct = new pg.Pool({ connectionString: db.url, max: 4 });
+    const pool = new Proxy(direct, {
+      get(target, key) {
+        if (key === 'options') return { ...target.options, connectionString: gate.url };
+        const value = Reflect.get(target, key, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const tusk = db.another({ pool, logger: said.log });
+    let started = 0;
+    let finish!: () => void;
+    const held = new Promise<void>((resolve) => {
+      finish = resolve;
+    });
+    const worker = db.worker(
+      {
+        tasks: {
+          slow: async () => {
+            started++;
+            await held;
+            return 'done';
+          },
+        },
+        leaseMs: 20_000,
+      },
+      tusk,
+    );
+    try {
+      await worker.start();
+      const job = await db.tusk.enqueue('slow', {});
+      await eventually(() => started === 1);
+      await outage(2);
+      // another process's upkeep (the worker's own waits for its lock), for three times
+      // the second after which a worker without its lock is taken for dead
+      for (let pass = 0; pass < 30; pass++) {
+        await db.pool.query(`SELECT "${db.schema}".maintain()`);
+        await sleep(100);
+      }
+      expect(await state(job.id)).toBe('running');
+      const before = said.lines.length;
+      gate.restore();
+      await logged('worker reconnected to the database', before);
+      finish();
+      await eventually(async () => (await state(job.id)) === 'succeeded', 20_000);
+      expect((await db.tusk.getJob(job.id))?.attempts).toBe(1);
+      expect(started).toBe(1);
+    } finally {
+      finish();
+      gate.restore();
+      await worker.stop();
+      await tusk.close();
+      await direct.end();
+    }
   });
 });
 

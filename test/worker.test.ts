@@ -273,7 +273,7 @@ describe('worker', () => {
     });
   });
 
-  it('an idle worker claims a job once, looks again eight times and once more when the outcome is written, and reads the next due time three times (3 times)', async () => {
+  it('an idle worker claims a job once, looks again eight times (and once more when the outcome is written), and reads the next due time two or three times (3 times)', async () => {
     // Claims an idle worker sends for one job: the claim that takes it, the look-agains
     // (2, 4 … 256 ms after), and one claim when its outcome is written (which frees a slot
     // in the database: a limited tenant's next job). A job's end makes room, but says
@@ -308,10 +308,13 @@ describe('worker', () => {
         await finished(id);
         // past the last look-again (the sum of the waits: 510 ms)
         await sleep(900);
-        expect({ claims: claims - before.claims, dueReads: dueReads - before.dueReads }).toEqual({
-          claims: 10,
-          dueReads: 3,
-        });
+        // the outcome's wake-up goes to the loop asleep first: the one in its poll (one
+        // claim more, and its read before the poll again), or the one in its look-agains
+        // (one of them sooner)
+        expect([
+          { claims: 9, dueReads: 2 },
+          { claims: 10, dueReads: 3 },
+        ]).toContainEqual({ claims: claims - before.claims, dueReads: dueReads - before.dueReads });
       } finally {
         await worker.stop();
         await tusk.close();

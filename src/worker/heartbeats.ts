@@ -34,6 +34,8 @@ export class Heartbeats {
   readonly #pool: pg.Pool;
   readonly #p: HeartbeatParts;
   #timer: NodeJS.Timeout | null = null;
+  /** The beats while the listening connection is down (see listenerLost). */
+  #outageTimer: NodeJS.Timeout | null = null;
   #beating = false;
   /** When the last heartbeat that confirmed the held jobs' leases was sent (performance.now()). */
   #checkedAt = 0;
@@ -49,6 +51,29 @@ export class Heartbeats {
 
   stop(): void {
     if (this.#timer) clearInterval(this.#timer);
+    this.listenerBack();
+  }
+
+  /**
+   * The listening connection is lost, and with it the session lock that shows the worker
+   * alive: the upkeep takes a worker without its lock for dead once it has not beaten for
+   * a second, and hands its jobs to others while its handlers run on. The beats go on
+   * over the pool, at least four a second, so that the worker's jobs stay its own however
+   * long it takes to reconnect (a full `max_connections`, a proxy that refuses the new
+   * connection). A worker cut off from PostgreSQL altogether cannot beat, and is taken
+   * for dead a second after its last beat, as a crashed one.
+   */
+  listenerLost(): void {
+    if (this.#outageTimer || !this.#p.running()) return;
+    const everyMs = Math.min(250, Math.ceil(this.#p.options.heartbeatMs / 4));
+    this.#outageTimer = setInterval(() => void this.beat(), everyMs);
+    void this.beat();
+  }
+
+  /** The listening connection is back (its own beats go on at their pace). */
+  listenerBack(): void {
+    if (this.#outageTimer) clearInterval(this.#outageTimer);
+    this.#outageTimer = null;
   }
 
   /**
@@ -79,7 +104,8 @@ export class Heartbeats {
   async #beat(): Promise<void> {
     const { schema, options, held, registration, listener } = this.#p;
     const worker = registration.id;
-    if (worker === null || !listener.connected) return;
+    // while the listening connection is down too: see listenerLost()
+    if (worker === null) return;
     const sentAt = performance.now();
     const jobs = held.all();
     const result = await heartbeat(
@@ -90,7 +116,8 @@ export class Heartbeats {
       options.leaseMs,
     );
     if (!result.alive && listener.client) {
-      // our row was reaped while the connection lived on (e.g. after a long stall)
+      // our row was reaped while the connection lived on (e.g. after a long stall); while
+      // it is down, the registration on its return does it
       await registration.register(listener.client);
     }
     const lost = new Set(result.lost);

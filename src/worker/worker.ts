@@ -179,9 +179,13 @@ export class Worker {
         channel === names.cancel ? this.#held.cancel(payload) : this.#wakeups.notified(),
       onConnect: (client) => this.#registration.register(client),
       onReady: () => this.#reconnected(),
-      // the worker may look dead meanwhile and its jobs be handed to others: buffered
-      // jobs wait for a heartbeat on the new connection before they start
-      onDisconnect: () => this.#registration.disconnected(),
+      // the worker's lock is gone: it beats over the pool meanwhile, and buffered jobs
+      // wait for a heartbeat after the loss before they start (a claim answered after it
+      // may hold jobs an upkeep took for a dead worker's)
+      onDisconnect: () => {
+        this.#registration.disconnected();
+        heartbeats.listenerLost();
+      },
     });
     const outcomes = new OutcomeWriter(
       db.pool,
@@ -331,6 +335,7 @@ export class Worker {
     if (this.#state !== 'running' || !run) return;
     this.#registration.reconnected();
     run.outcomes.retryNow();
+    run.heartbeats.listenerBack();
     void run.heartbeats.beat();
     run.claims.dueMayHaveChanged();
     this.#wakeups.wakeAll();
