@@ -1417,6 +1417,9 @@ CREATE FUNCTION tusk.extend_lease(p_id bigint, p_token bigint, p_ms integer) RET
 DECLARE
   v_until timestamptz;
 BEGIN
+  IF p_ms IS NULL THEN
+    PERFORM "tusk".arg_refuse('ms', 'must be given (the lease''s new length in milliseconds)');
+  END IF;
   UPDATE "tusk".jobs SET lease_until = now() + p_ms * interval '1 millisecond'
   WHERE id = p_id AND lease_token = p_token AND state = 'running'
   RETURNING lease_until INTO v_until;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { type Job, type JobContext, LeaseLostError, type Tusk } from '../src/index.js';
-import { eventually, useTestDb } from './helpers.js';
+import { eventually, sleep, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 const finished = (id: string, tusk: Tusk = db.tusk) =>
@@ -234,6 +234,27 @@ describe('Disque-style leases for external workers', () => {
     const [again] = await db.rows<{ ok: boolean }>('SELECT $schema.ack_job($1, NULL) AS ok', [leased?.id]);
     expect(again?.ok).toBe(false);
     expect((await db.tusk.getJob(leased?.id as string))?.state).toBe('running');
+  });
+
+  it('extend_lease without a duration is refused, and the lease runs on as it was', async () => {
+    // a NULL lease end matched neither a lease that ran out nor a dead worker's job: the
+    // job stayed running for good
+    await db.tusk.enqueue('sql-task', {}, { queue: 'ext-null-ms' });
+    const [leased] = await db.rows<{ id: string; lease_token: string; lease_until: Date }>(
+      `SELECT id, lease_token, lease_until FROM $schema.fetch_jobs(1, 50, 'ext-null-ms')`,
+    );
+    if (!leased) throw new Error('no job leased');
+    await expect(db.rows('SELECT $schema.extend_lease($1, $2, NULL)', [leased.id, leased.lease_token])).rejects.toThrow(
+      /ms must be given/,
+    );
+    const [held] = await db.rows<{ lease_until: Date | null }>('SELECT lease_until FROM $schema.jobs WHERE id = $1', [
+      leased.id,
+    ]);
+    expect(held?.lease_until).toEqual(leased.lease_until);
+    // run out, the lease is given back by the upkeep
+    await sleep(100);
+    await db.rows('SELECT $schema.maintain()');
+    expect((await db.tusk.getJob(leased.id))?.state).toBe('available');
   });
 });
 
