@@ -277,10 +277,12 @@ describe('a worker cut off from the database', () => {
 });
 
 describe('a worker whose listening connection alone is cut off', () => {
-  it('keeps its running job however long it cannot reconnect: it beats over its pool, and nobody else runs the job', async () => {
-    // The pool reaches the server; the listening connection, which holds the lock that
-    // shows the worker alive, goes through the gate. Without its lock, a worker that has
-    // not beaten for a second is taken for dead and its jobs handed back.
+  /**
+   * A pool whose connections go straight to the server, and whose settings, which the
+   * worker's listening connection takes, go through the gate: the listening connection,
+   * which holds the lock that shows the worker alive, can be cut off alone.
+   */
+  function poolPastTheGate(): { direct: pg.Pool; pool: pg.Pool } {
     const direct = new pg.Pool({ connectionString: db.url, max: 4 });
     const pool = new Proxy(direct, {
       get(target, key) {
@@ -289,6 +291,13 @@ describe('a worker whose listening connection alone is cut off', () => {
         return typeof value === 'function' ? value.bind(target) : value;
       },
     });
+    return { direct, pool };
+  }
+
+  it('keeps its running job however long it cannot reconnect: it beats over its pool, and nobody else runs the job', async () => {
+    // Without its lock, a worker that has not beaten for a second is taken for dead and
+    // its jobs handed back.
+    const { direct, pool } = poolPastTheGate();
     const tusk = db.another({ pool, logger: said.log });
     let started = 0;
     let finish!: () => void;
@@ -327,6 +336,58 @@ describe('a worker whose listening connection alone is cut off', () => {
       await eventually(async () => (await state(job.id)) === 'succeeded', 20_000);
       expect((await db.tusk.getJob(job.id))?.attempts).toBe(1);
       expect(started).toBe(1);
+    } finally {
+      finish();
+      gate.restore();
+      await worker.stop();
+      await tusk.close();
+      await direct.end();
+    }
+  });
+
+  it('starts no job it holds ahead until it is back, though its beats over the pool go on', async () => {
+    // Those beats keep the worker alive only while they go on: if they stop too, the
+    // upkeep hands its jobs back a second later, and a job held ahead started meanwhile
+    // would run twice.
+    const { direct, pool } = poolPastTheGate();
+    const tusk = db.another({ pool, logger: said.log });
+    const started: number[] = [];
+    let finish!: () => void;
+    const held = new Promise<void>((resolve) => {
+      finish = resolve;
+    });
+    const worker = db.worker(
+      {
+        queues: ['ahead'],
+        concurrency: 1,
+        prefetch: 1,
+        tasks: {
+          step: async (p: { n: number }) => {
+            started.push(p.n);
+            if (p.n === 0) await held;
+          },
+        },
+      },
+      tusk,
+    );
+    try {
+      await worker.start();
+      const first = await db.tusk.enqueue('step', { n: 0 }, { queue: 'ahead' });
+      await eventually(() => started.length === 1);
+      const second = await db.tusk.enqueue('step', { n: 1 }, { queue: 'ahead' });
+      // held ahead: claimed, not started
+      await eventually(async () => (await state(second.id)) === 'running');
+      await outage(2);
+      await sleep(500); // beats over the pool have confirmed the leases since the loss
+      finish();
+      await eventually(async () => (await state(first.id)) === 'succeeded', 20_000);
+      await sleep(500);
+      expect(started).toEqual([0]);
+      const before = said.lines.length;
+      gate.restore();
+      await logged('worker reconnected to the database', before);
+      await eventually(async () => (await state(second.id)) === 'succeeded', 20_000);
+      expect(started).toEqual([0, 1]);
     } finally {
       finish();
       gate.restore();

@@ -273,56 +273,6 @@ describe('worker', () => {
     });
   });
 
-  it('an idle worker claims a job once, looks again eight times (and once more when the outcome is written), and reads the next due time two or three times (3 times)', async () => {
-    // Claims an idle worker sends for one job: the claim that takes it, the look-agains
-    // (2, 4 … 256 ms after), and one claim when its outcome is written (which frees a slot
-    // in the database: a limited tenant's next job). A job's end makes room, but says
-    // nothing of jobs waiting: it used to wake both claim loops, as the outcome did, and
-    // the claim right after the job's came back empty: 11 or 12 claims here. The next
-    // due time can only come earlier with a notification: it is read after the job's
-    // claim and before each loop's poll, not after each look (11 reads here).
-    for (let round = 0; round < 3; round++) {
-      const queue = `idle-claims-${round}`;
-      const pool = new pg.Pool({ connectionString: db.url, max: 4 });
-      const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
-      let claims = 0;
-      let dueReads = 0;
-      pool.query = ((...args: unknown[]) => {
-        const first = args[0] as string | { text?: string };
-        const text = typeof first === 'string' ? first : first?.text;
-        if (text?.includes('claim_jobs')) claims++;
-        if (text?.includes('next_due_in_ms')) dueReads++;
-        return query(...args);
-      }) as typeof pool.query;
-      const tusk = db.another({ pool });
-      const worker = db.worker(
-        { queues: [queue], concurrency: 2, pollMs: 600_000, tasks: { step: async () => {} } },
-        tusk,
-      );
-      try {
-        await worker.start();
-        // the loops' first claims at the start, and their look-agains, are over
-        await sleep(700);
-        const before = { claims, dueReads };
-        const { id } = await db.tusk.enqueue('step', {}, { queue });
-        await finished(id);
-        // past the last look-again (the sum of the waits: 510 ms)
-        await sleep(900);
-        // the outcome's wake-up goes to the loop asleep first: the one in its poll (one
-        // claim more, and its read before the poll again), or the one in its look-agains
-        // (one of them sooner)
-        expect([
-          { claims: 9, dueReads: 2 },
-          { claims: 10, dueReads: 3 },
-        ]).toContainEqual({ claims: claims - before.claims, dueReads: dueReads - before.dueReads });
-      } finally {
-        await worker.stop();
-        await tusk.close();
-        await pool.end();
-      }
-    }
-  });
-
   it("a limited tenant's next job starts once the job before it ends, not at the next poll", async () => {
     // One slot: a claim takes one job and comes back short, and the loops go on to their
     // look-agains, then to a poll (10 minutes here). Nothing announces the slot that the

@@ -52,19 +52,12 @@ export class ClaimLoop {
   #claiming = 0;
   /** performance.now() when something scheduled is due (by the database's clock). */
   #dueAt: number | null = null;
-  /** Notifications received before the due time was last read (null: read it next time). */
-  #dueReadAt: number | null = null;
   #avgRunMs: number | null = null;
 
   constructor(pool: pg.Pool, parts: ClaimLoopParts) {
     this.#pool = pool;
     this.#p = parts;
     this.#o = parts.options;
-  }
-
-  /** What is due next may have changed unannounced (notifications lost in a break): read it again. */
-  dueMayHaveChanged(): void {
-    this.#dueReadAt = null;
   }
 
   /** A handler ran `runMs`: the 'auto' prefetch follows the average. */
@@ -118,7 +111,7 @@ export class ClaimLoop {
         // The look-agains wait for the room. A worker full of running jobs waits for one to end.
         const claimHolds = lookAgainMs > 0 && this.#claiming > 0;
         noRoomMs = !claimHolds ? 0 : noRoomMs === 0 || noRoomMs >= 256 ? 2 : noRoomMs * 2;
-        await wakeups.sleep(noRoomMs > 0 ? noRoomMs : this.#o.pollMs, want === 0);
+        await wakeups.sleep(noRoomMs > 0 ? noRoomMs : this.#o.pollMs);
         continue;
       }
       noRoomMs = 0;
@@ -126,7 +119,6 @@ export class ClaimLoop {
       try {
         if (this.#dueAt !== null && performance.now() >= this.#dueAt) {
           this.#dueAt = null;
-          this.#dueReadAt = null;
           await promoteDueJobs(this.#pool, schema);
         }
         notificationsBefore = wakeups.notifications;
@@ -157,30 +149,24 @@ export class ClaimLoop {
         continue;
       }
       counters.claimed += rows.length;
-      // jobs taken may change what is due next (a rate window used up): read it again
-      if (rows.length > 0) this.#dueReadAt = null;
       const claimedAt = performance.now();
       // the lease runs from the claim's start on the server, so after claimSentAt here
       const leaseUntil = claimSentAt + this.#o.leaseMs - this.#o.leaseMarginMs;
       held.supersede(rows);
       for (const row of rows) held.add(new ActiveJob(row, claimSentAt, claimedAt, leaseUntil));
       this.#p.claimed();
-      // a notification came in while this claim ran: its snapshot, or a tenant row another
-      // claim held for a moment, may have hidden the new jobs
-      const overlapped = wakeups.notifications !== notificationsBefore;
       if (rows.length > 0) {
-        // jobs were there: more may be (a full claim, or one a notification overlapped), so
-        // claim again at once; else the queue looked empty to this claim, and what it did
-        // not see is probably behind a tenant row another claim locked for a moment: look
-        // again soon (2, 4 … 256 ms) before falling back to notifications. Claiming at once
-        // after each job of an idle worker sent an empty claim for every job.
+        // jobs were there: an empty claim next is probably a tenant row locked by another
+        // claim for a moment, so look again soon before falling back to notifications
         lookAgainMs = 2;
-        if (rows.length >= want || overlapped) continue;
+        continue;
       }
-      // After an empty claim that a notification overlapped: look again at once (the other
+      // a notification came in while this claim ran: its snapshot, or a tenant row another
+      // claim held for a moment, may have hidden the new jobs. Look again at once (the other
       // loop, woken by it, found no room while this claim held it), then on with the
       // look-agains, from their start if they had run out (a locked tenant row may hide the
       // jobs a little longer). An overlapped look at once is followed by the look-agains.
+      const overlapped = wakeups.notifications !== notificationsBefore;
       if (overlapped && (lookAgainMs === 0 || lookAgainMs > 256)) lookAgainMs = 2;
       if (overlapped && !retrying) {
         overlapRetry = true;
@@ -193,9 +179,7 @@ export class ClaimLoop {
       } else {
         lookAgainMs = 0;
       }
-      // the next due time moves earlier only with a notification (a delayed job enqueued,
-      // a retry scheduled): read again after one, after a promotion, and before a poll
-      if (this.#dueReadAt !== wakeups.notifications || waitMs === this.#o.pollMs) await this.#refreshDue();
+      await this.#refreshDue();
       if (this.#dueAt !== null) waitMs = Math.min(waitMs, this.#dueAt - performance.now());
       await wakeups.sleep(Math.max(0, waitMs));
     }
@@ -203,15 +187,12 @@ export class ClaimLoop {
 
   /** When the next scheduled or retried job is due (unknown after a failure: none). */
   async #refreshDue(): Promise<void> {
-    const notifications = this.#p.wakeups.notifications;
     try {
       const asked = performance.now();
       const ms = await nextDueInMs(this.#pool, this.#p.schema);
       this.#dueAt = ms === null ? null : asked + ms;
-      this.#dueReadAt = notifications;
     } catch {
       this.#dueAt = null;
-      this.#dueReadAt = null;
     }
   }
 }

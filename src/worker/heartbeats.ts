@@ -37,6 +37,8 @@ export class Heartbeats {
   /** The beats while the listening connection is down (see listenerLost). */
   #outageTimer: NodeJS.Timeout | null = null;
   #beating = false;
+  /** A beat was asked for while one was under way. */
+  #again = false;
   /** When the last heartbeat that confirmed the held jobs' leases was sent (performance.now()). */
   #checkedAt = 0;
 
@@ -77,23 +79,38 @@ export class Heartbeats {
   }
 
   /**
-   * Whether `job`, held ahead, may start: its lease was confirmed within half a lease, and
-   * since the listening connection was last lost (a claim answered after that loss may
-   * hold jobs already reaped as a dead worker's).
+   * Whether `job`, held ahead, may start: the listening connection is up, and the job's
+   * lease was confirmed within half a lease and since that connection was last lost (a
+   * claim answered after that loss may hold jobs already reaped as a dead worker's).
+   * While the connection is down, nothing held ahead starts: the beats over the pool
+   * keep the worker alive only as long as they go on, a second at a time.
    */
   confirms(job: ActiveJob): boolean {
     const checkedAt = Math.max(job.claimSentAt, this.#checkedAt);
     return (
-      performance.now() - checkedAt <= this.#p.options.leaseMs / 2 && checkedAt >= this.#p.registration.disconnectedAt
+      this.#p.listener.connected &&
+      performance.now() - checkedAt <= this.#p.options.leaseMs / 2 &&
+      checkedAt >= this.#p.registration.disconnectedAt
     );
   }
 
-  /** A heartbeat now, unless one is under way or the worker is not running; a failure is logged. */
+  /**
+   * A heartbeat now, unless the worker is not running; a failure is logged. One asked for
+   * while another is under way follows it (that one may have been sent under the id the
+   * worker had before it registered again).
+   */
   async beat(): Promise<void> {
-    if (this.#beating || !this.#p.running()) return;
+    if (!this.#p.running()) return;
+    if (this.#beating) {
+      this.#again = true;
+      return;
+    }
     this.#beating = true;
     try {
-      await this.#beat();
+      do {
+        this.#again = false;
+        await this.#beat();
+      } while (this.#again && this.#p.running());
     } catch (error) {
       this.#p.log.debug({ err: error }, 'heartbeat failed');
     } finally {
@@ -115,9 +132,12 @@ export class Heartbeats {
       { ids: jobs.map((j) => j.row.id), tokens: jobs.map((j) => j.row.lease_token) },
       options.leaseMs,
     );
-    if (!result.alive && listener.client) {
-      // our row was reaped while the connection lived on (e.g. after a long stall); while
-      // it is down, the registration on its return does it
+    if (!result.alive) {
+      // our row was reaped: while the listening connection is down nothing can register
+      // the worker again, and the jobs it holds will be handed back as a dead worker's,
+      // so this beat confirms no lease; the registration on its return says what is left
+      if (!listener.client) return;
+      // the connection lived on (e.g. after a long stall): register again on it
       await registration.register(listener.client);
     }
     const lost = new Set(result.lost);

@@ -180,8 +180,8 @@ export class Worker {
       onConnect: (client) => this.#registration.register(client),
       onReady: () => this.#reconnected(),
       // the worker's lock is gone: it beats over the pool meanwhile, and buffered jobs
-      // wait for a heartbeat after the loss before they start (a claim answered after it
-      // may hold jobs an upkeep took for a dead worker's)
+      // wait until it is back and a heartbeat after the loss confirms them (a claim
+      // answered after it may hold jobs an upkeep took for a dead worker's)
       onDisconnect: () => {
         this.#registration.disconnected();
         heartbeats.listenerLost();
@@ -190,10 +190,7 @@ export class Worker {
     const outcomes = new OutcomeWriter(
       db.pool,
       { schema, log, batchSize: opts.batchSize, asyncCommit: opts.asyncCommit, leaseMs: opts.leaseMs },
-      // written, an outcome frees its slot in the database: a limited tenant's next job
-      // may be claimed now, and nothing announces it (nor room made: a loop whose claim
-      // was cut short by the limit sleeps as one that found nothing)
-      () => this.#wakeups.wakeOne(),
+      () => this.#wakeups.wakeAll(),
     );
     const { counters } = this;
     const held = this.#held;
@@ -321,7 +318,7 @@ export class Worker {
     run.claims.ran(runMs);
     settleAttempt(job, task, outcome, runMs, run.settling);
     this.#pump();
-    if (this.#want() > 0) this.#wakeups.roomMade();
+    if (this.#want() > 0) this.#wakeups.wakeAll();
   }
 
   /**
@@ -337,7 +334,6 @@ export class Worker {
     run.outcomes.retryNow();
     run.heartbeats.listenerBack();
     void run.heartbeats.beat();
-    run.claims.dueMayHaveChanged();
     this.#wakeups.wakeAll();
   }
 

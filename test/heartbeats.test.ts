@@ -1,0 +1,59 @@
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../src/log.js';
+import { Heartbeats } from '../src/worker/heartbeats.js';
+import { HeldJobs } from '../src/worker/heldJobs.js';
+import type { Registration } from '../src/worker/registration.js';
+import { eventually, useTestDb } from './helpers.js';
+
+// The heartbeats of one worker, on a pool whose heartbeat queries can be held: what a
+// beat asked for while another is under way does.
+
+const db = useTestDb(import.meta.url);
+const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+afterAll(() => pool.end());
+
+describe('heartbeats', () => {
+  it('a beat asked for while one is under way is sent after it, under the id the worker has then', async () => {
+    // After a reconnect that registered the worker under a new id, the beat asked for
+    // then must go out even if one sent under the old id is still under way: it is the
+    // one that moves the running jobs onto the new id.
+    const sent: number[] = [];
+    let release!: () => void;
+    const releaseFirst = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+    const watched = Object.create(pool) as pg.Pool;
+    watched.query = (async (...args: unknown[]) => {
+      const first = args[0] as string | { text?: string; values?: unknown[] };
+      const text = typeof first === 'string' ? first : first?.text;
+      if (text?.includes('heartbeat(')) {
+        const values = (typeof first === 'string' ? args[1] : first.values) as unknown[];
+        sent.push(Number(values[0]));
+        if (sent.length === 1) await releaseFirst;
+      }
+      return query(...args);
+    }) as typeof pool.query;
+    const registration = { id: 7, disconnectedAt: Number.NEGATIVE_INFINITY } as unknown as Registration;
+    const held = new HeldJobs({ claimed: 0, succeeded: 0, retried: 0, dead: 0, cancelled: 0, lost: 0 }, () => {});
+    const heartbeats = new Heartbeats(watched, {
+      schema: db.schema,
+      log: createLogger(false),
+      options: { heartbeatMs: 1000, leaseMs: 30_000, leaseMarginMs: 5000 },
+      held,
+      registration,
+      listener: { connected: true, client: null },
+      running: () => true,
+      beaten: () => {},
+    });
+    const firstBeat = heartbeats.beat();
+    await eventually(() => sent.length === 1);
+    (registration as unknown as { id: number }).id = 8; // registered again meanwhile
+    const secondBeat = heartbeats.beat();
+    release();
+    await Promise.all([firstBeat, secondBeat]);
+    await eventually(() => sent.length === 2);
+    expect(sent).toEqual([7, 8]);
+  });
+});
