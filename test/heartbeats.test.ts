@@ -1,6 +1,8 @@
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../src/log.js';
+import { CLAIMED_COLUMNS, type ClaimedRow } from '../src/queries/claimJobs.js';
+import { ActiveJob } from '../src/worker/activeJob.js';
 import { Heartbeats } from '../src/worker/heartbeats.js';
 import { HeldJobs } from '../src/worker/heldJobs.js';
 import type { Registration } from '../src/worker/registration.js';
@@ -55,5 +57,34 @@ describe('heartbeats', () => {
     await Promise.all([firstBeat, secondBeat]);
     await eventually(() => sent.length === 2);
     expect(sent).toEqual([7, 8]);
+  });
+
+  it('a beat that finds the worker reaped while its listening connection is down renews no lease', async () => {
+    // The upkeep took the worker for dead (its row is gone): the jobs it holds will be
+    // handed back, so their leases must not run on as if confirmed.
+    await db.pool.query(`INSERT INTO "${db.schema}".jobs (task, queue) VALUES ('reaped', 'reaped')`);
+    const { rows } = await db.pool.query<ClaimedRow>(
+      `SELECT ${CLAIMED_COLUMNS} FROM "${db.schema}".claim_jobs(4242, 1, 60000, '{reaped}')`,
+    );
+    const [row] = rows;
+    if (!row) throw new Error('no job claimed');
+    const held = new HeldJobs({ claimed: 0, succeeded: 0, retried: 0, dead: 0, cancelled: 0, lost: 0 }, () => {});
+    const now = performance.now();
+    const job = new ActiveJob(row, now, now, now + 1000);
+    held.add(job);
+    const registration = { id: 4242, disconnectedAt: Number.NEGATIVE_INFINITY } as unknown as Registration;
+    const heartbeats = new Heartbeats(pool, {
+      schema: db.schema,
+      log: createLogger(false),
+      options: { heartbeatMs: 1000, leaseMs: 60_000, leaseMarginMs: 5000 },
+      held,
+      registration,
+      listener: { connected: false, client: null },
+      running: () => true,
+      beaten: () => {},
+    });
+    await heartbeats.beat();
+    // no workers row 4242: the beat answered alive = false, with the lease still held
+    expect(job.leaseUntil).toBe(now + 1000);
   });
 });
