@@ -33,6 +33,25 @@ async function outage(attempts: number): Promise<void> {
   await eventually(() => gate.refused >= before + attempts, 20_000);
 }
 
+/**
+ * A task `slow` that runs until `finish()`, returning 'done'; `started()` counts its runs.
+ */
+function heldTask() {
+  let runs = 0;
+  let finish!: () => void;
+  const held = new Promise<void>((resolve) => {
+    finish = resolve;
+  });
+  const tasks = {
+    slow: async () => {
+      runs++;
+      await held;
+      return 'done';
+    },
+  };
+  return { tasks, finish, started: () => runs };
+}
+
 describe('a worker cut off from the database', () => {
   it('claims a job enqueued meanwhile as soon as it is back, without waiting for its poll', async () => {
     // a poll this long is never what finds the job: only the reconnect can
@@ -236,20 +255,10 @@ describe('a worker cut off from the database', () => {
   });
 
   it('finishes the job it was running through the break: the same attempt, its outcome written after', async () => {
-    let started = 0;
-    let finish!: () => void;
-    const held = new Promise<void>((resolve) => {
-      finish = resolve;
-    });
+    const { tasks, finish, started } = heldTask();
     const worker = db.worker(
       {
-        tasks: {
-          slow: async () => {
-            started++;
-            await held;
-            return 'done';
-          },
-        },
+        tasks,
         leaseMs: 20_000,
         // its upkeep passes come often: back before its listening connection, one would find
         // the worker dead (its lock free) and hand its job back, unless it waits for it
@@ -259,7 +268,7 @@ describe('a worker cut off from the database', () => {
     );
     await worker.start();
     const job = await db.tusk.enqueue('slow', {});
-    await eventually(() => started === 1);
+    await eventually(() => started() === 1);
     await outage(2);
     const before = said.lines.length;
     gate.restore();
@@ -271,7 +280,7 @@ describe('a worker cut off from the database', () => {
     const done = await db.tusk.getJob(job.id);
     expect(done?.attempts).toBe(1);
     expect(done?.result).toBe('done');
-    expect(started).toBe(1);
+    expect(started()).toBe(1);
     await worker.stop();
   });
 });
@@ -299,28 +308,12 @@ describe('a worker whose listening connection alone is cut off', () => {
     // its jobs handed back.
     const { direct, pool } = poolPastTheGate();
     const tusk = db.another({ pool, logger: said.log });
-    let started = 0;
-    let finish!: () => void;
-    const held = new Promise<void>((resolve) => {
-      finish = resolve;
-    });
-    const worker = db.worker(
-      {
-        tasks: {
-          slow: async () => {
-            started++;
-            await held;
-            return 'done';
-          },
-        },
-        leaseMs: 20_000,
-      },
-      tusk,
-    );
+    const { tasks, finish, started } = heldTask();
+    const worker = db.worker({ tasks, leaseMs: 20_000 }, tusk);
     try {
       await worker.start();
       const job = await db.tusk.enqueue('slow', {});
-      await eventually(() => started === 1);
+      await eventually(() => started() === 1);
       await outage(2);
       // another process's upkeep (the worker's own waits for its lock), for three times
       // the second after which a worker without its lock is taken for dead
@@ -335,7 +328,7 @@ describe('a worker whose listening connection alone is cut off', () => {
       finish();
       await eventually(async () => (await state(job.id)) === 'succeeded', 20_000);
       expect((await db.tusk.getJob(job.id))?.attempts).toBe(1);
-      expect(started).toBe(1);
+      expect(started()).toBe(1);
     } finally {
       finish();
       gate.restore();
