@@ -15,6 +15,26 @@ const db = useTestDb(import.meta.url);
 const pool = new pg.Pool({ connectionString: db.url, max: 2 });
 afterAll(() => pool.end());
 
+/**
+ * The heartbeats of a worker registered as `id` on `on`, its listening connection up or
+ * down, holding the jobs put in the returned `held`.
+ */
+function heartbeatsOf(on: pg.Pool, id: number, connected: boolean, leaseMs: number) {
+  const registration = { id, disconnectedAt: Number.NEGATIVE_INFINITY } as unknown as Registration;
+  const held = new HeldJobs({ claimed: 0, succeeded: 0, retried: 0, dead: 0, cancelled: 0, lost: 0 }, () => {});
+  const heartbeats = new Heartbeats(on, {
+    schema: db.schema,
+    log: createLogger(false),
+    options: { heartbeatMs: 1000, leaseMs, leaseMarginMs: 5000 },
+    held,
+    registration,
+    listener: { connected, client: null },
+    running: () => true,
+    beaten: () => {},
+  });
+  return { heartbeats, held, registration: registration as unknown as { id: number } };
+}
+
 describe('heartbeats', () => {
   it('a beat asked for while one is under way is sent after it, under the id the worker has then', async () => {
     // After a reconnect that registered the worker under a new id, the beat asked for
@@ -37,21 +57,10 @@ describe('heartbeats', () => {
       }
       return query(...args);
     }) as typeof pool.query;
-    const registration = { id: 7, disconnectedAt: Number.NEGATIVE_INFINITY } as unknown as Registration;
-    const held = new HeldJobs({ claimed: 0, succeeded: 0, retried: 0, dead: 0, cancelled: 0, lost: 0 }, () => {});
-    const heartbeats = new Heartbeats(watched, {
-      schema: db.schema,
-      log: createLogger(false),
-      options: { heartbeatMs: 1000, leaseMs: 30_000, leaseMarginMs: 5000 },
-      held,
-      registration,
-      listener: { connected: true, client: null },
-      running: () => true,
-      beaten: () => {},
-    });
+    const { heartbeats, registration } = heartbeatsOf(watched, 7, true, 30_000);
     const firstBeat = heartbeats.beat();
     await eventually(() => sent.length === 1);
-    (registration as unknown as { id: number }).id = 8; // registered again meanwhile
+    registration.id = 8; // registered again meanwhile
     const secondBeat = heartbeats.beat();
     release();
     await Promise.all([firstBeat, secondBeat]);
@@ -68,21 +77,10 @@ describe('heartbeats', () => {
     );
     const [row] = rows;
     if (!row) throw new Error('no job claimed');
-    const held = new HeldJobs({ claimed: 0, succeeded: 0, retried: 0, dead: 0, cancelled: 0, lost: 0 }, () => {});
+    const { heartbeats, held } = heartbeatsOf(pool, 4242, false, 60_000);
     const now = performance.now();
     const job = new ActiveJob(row, now, now, now + 1000);
     held.add(job);
-    const registration = { id: 4242, disconnectedAt: Number.NEGATIVE_INFINITY } as unknown as Registration;
-    const heartbeats = new Heartbeats(pool, {
-      schema: db.schema,
-      log: createLogger(false),
-      options: { heartbeatMs: 1000, leaseMs: 60_000, leaseMarginMs: 5000 },
-      held,
-      registration,
-      listener: { connected: false, client: null },
-      running: () => true,
-      beaten: () => {},
-    });
     await heartbeats.beat();
     // no workers row 4242: the beat answered alive = false, with the lease still held
     expect(job.leaseUntil).toBe(now + 1000);
