@@ -303,6 +303,79 @@ describe('worker', () => {
     }
   });
 
+  it("a claim under way when a limited tenant's outcome is written looks again: the next job does not wait for the poll (3 times)", async () => {
+    // The job's end wakes a loop, whose claim takes all the room and is answered after the
+    // outcome commits, with a snapshot from before it: empty. The other loop had no room
+    // and sleeps a poll. The outcome written must count as an announcement the claim
+    // overlapped, so that it looks again.
+    for (let round = 0; round < 3; round++) {
+      const queue = `slot-race-${round}`;
+      const tenant = `slot-race-${round}`;
+      await db.tusk.tenants.set(tenant, { slots: 1 });
+      const pool = new pg.Pool({ connectionString: db.url, max: 4 });
+      const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+      let armed = false;
+      let written!: () => void;
+      const outcome = new Promise<void>((resolve) => {
+        written = resolve;
+      });
+      pool.query = ((...args: unknown[]) => {
+        const first = args[0] as string | { text?: string };
+        const text = typeof first === 'string' ? first : first?.text;
+        if (armed && text?.includes('claim_jobs')) {
+          // answered once the outcome is written and announced
+          return query(...args).then(async (result) => {
+            await outcome;
+            await sleep(50);
+            return result;
+          });
+        }
+        if (armed && text?.includes('finish_jobs')) {
+          return query(...args).then((result) => {
+            written();
+            return result;
+          });
+        }
+        return query(...args);
+      }) as typeof pool.query;
+      const tusk = db.another({ pool });
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const worker = db.worker(
+        {
+          queues: [queue],
+          concurrency: 2,
+          prefetch: 0,
+          pollMs: 600_000,
+          tasks: {
+            step: async (p: { n: number }) => {
+              if (p.n === 0) await held;
+            },
+          },
+        },
+        tusk,
+      );
+      try {
+        await worker.start();
+        const first = await db.tusk.enqueue('step', { n: 0 }, { queue, tenant });
+        await eventually(async () => (await db.tusk.getJob(first.id))?.state === 'running');
+        const second = await db.tusk.enqueue('step', { n: 1 }, { queue, tenant });
+        // past the look-agains after the claims the second job's notification woke
+        await sleep(800);
+        armed = true;
+        release();
+        expect((await finished(second.id, 10_000))?.state).toBe('succeeded');
+      } finally {
+        release();
+        await worker.stop();
+        await tusk.close();
+        await pool.end();
+      }
+    }
+  });
+
   it('retries a failing job with backoff until dead, keeping every attempt error', async () => {
     const worker = db.worker({
       queues: ['retry'],

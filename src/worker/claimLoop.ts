@@ -90,7 +90,7 @@ export class ClaimLoop {
   async run(): Promise<void> {
     const { schema, log, counters, held, registration, listener, wakeups } = this.#p;
     let failures = 0;
-    let notificationsBefore = 0;
+    let announcedBefore = 0;
     // this claim is the look at once after an empty claim that a notification overlapped
     let overlapRetry = false;
     // the next look-again's wait (0: none, wait for a notification or the poll)
@@ -121,7 +121,7 @@ export class ClaimLoop {
           this.#dueAt = null;
           await promoteDueJobs(this.#pool, schema);
         }
-        notificationsBefore = wakeups.notifications;
+        announcedBefore = wakeups.announcements;
         this.#claiming += want;
         try {
           claimSentAt = performance.now();
@@ -161,12 +161,13 @@ export class ClaimLoop {
         lookAgainMs = 2;
         continue;
       }
-      // a notification came in while this claim ran: its snapshot, or a tenant row another
-      // claim held for a moment, may have hidden the new jobs. Look again at once (the other
-      // loop, woken by it, found no room while this claim held it), then on with the
-      // look-agains, from their start if they had run out (a locked tenant row may hide the
-      // jobs a little longer). An overlapped look at once is followed by the look-agains.
-      const overlapped = wakeups.notifications !== notificationsBefore;
+      // jobs were announced while this claim ran (a notification, or slots an outcome
+      // freed): its snapshot, or a tenant row another claim held for a moment, may have
+      // hidden them. Look again at once (the other loop, woken by it, found no room while
+      // this claim held it), then on with the look-agains, from their start if they had run
+      // out (a locked tenant row may hide the jobs a little longer). An overlapped look at
+      // once is followed by the look-agains.
+      const overlapped = wakeups.announcements !== announcedBefore;
       if (overlapped && (lookAgainMs === 0 || lookAgainMs > 256)) lookAgainMs = 2;
       if (overlapped && !retrying) {
         overlapRetry = true;

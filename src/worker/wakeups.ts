@@ -9,15 +9,18 @@ export class Wakeups {
   readonly #running: () => boolean;
   readonly #sleepers = new Set<() => void>();
   #woken = false;
-  #notifications = 0;
+  #announcements = 0;
 
   constructor(running: () => boolean) {
     this.#running = running;
   }
 
-  /** Notifications received so far: a claim that overlapped one may have missed its jobs. */
-  get notifications(): number {
-    return this.#notifications;
+  /**
+   * Jobs announced so far (notifications, and slots freed by outcomes written): a claim
+   * that overlapped an announcement may have missed its jobs (its snapshot came first).
+   */
+  get announcements(): number {
+    return this.#announcements;
   }
 
   /** Waits `ms`, or until woken; not at all if a wake-up is pending or the worker is not running. */
@@ -34,10 +37,20 @@ export class Wakeups {
     // one claim loop is enough for what a notification announces; the other follows if
     // that claim comes back full
     if (!this.#running()) return;
-    this.#notifications++;
+    this.#announcements++;
     const [first] = this.#sleepers;
     if (first) first();
     else this.#woken = true;
+  }
+
+  /**
+   * Outcomes were written: the slots they freed may let a limited tenant's next job be
+   * claimed, and nothing else announces it. Every loop wakes; a claim already under way
+   * (its snapshot taken before the write) counts it as overlapped, and looks again.
+   */
+  slotsFreed(): void {
+    this.#announcements++;
+    this.wakeAll();
   }
 
   /** Wakes every loop (or the next to sleep). */

@@ -190,7 +190,7 @@ export class Worker {
     const outcomes = new OutcomeWriter(
       db.pool,
       { schema, log, batchSize: opts.batchSize, asyncCommit: opts.asyncCommit, leaseMs: opts.leaseMs },
-      () => this.#wakeups.wakeAll(),
+      () => this.#wakeups.slotsFreed(),
     );
     const { counters } = this;
     const held = this.#held;
