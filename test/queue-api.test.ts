@@ -1,5 +1,8 @@
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { type Job, type JobContext, LeaseLostError, type Tusk } from '../src/index.js';
+import { registerWorker, unregisterWorker } from '../src/queries/workers.js';
+import { claimByWeight } from '../src/worker/claimByWeight.js';
 import { eventually, sleep, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -63,6 +66,28 @@ describe('named queues with weights', () => {
     await eventually(() => emptyQueue('lw-default'), 120_000);
     await worker.stop();
     expect((await db.tusk.getJob(ids[49] as string))?.state).toBe('succeeded');
+  });
+
+  it('a claim whose last queue is empty takes its share from a queue that has more', async () => {
+    await db.tusk.enqueueMany(Array.from({ length: 20 }, () => ({ task: 'noop', queue: 'cw-heavy' })));
+    // the worker's registration holds a session lock: its own connection
+    const session = new pg.Client({ connectionString: db.url });
+    await session.connect();
+    try {
+      const registration = { id: null, name: 'cw', host: 'h', pid: 1, queues: null, concurrency: 9, version: 't' };
+      const worker = await registerWorker(session, db.schema, registration);
+      const queues: Array<[string, number]> = [
+        ['cw-heavy', 8],
+        ['cw-empty', 1],
+      ];
+      // 9 slots split 8 + 1; the empty queue's one goes back to the heavy queue
+      const rows = await claimByWeight(db.pool, db.schema, { worker, want: 9, leaseMs: 60_000, queues });
+      expect(rows).toHaveLength(9);
+      await unregisterWorker(session, db.schema, worker);
+    } finally {
+      await session.end();
+      await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'cw-heavy'`);
+    }
   });
 
   it('jobs go to their task definition’s queue unless the enqueue names one', async () => {

@@ -14,7 +14,8 @@ export interface WeightedClaim {
 /**
  * Claims up to `want` jobs. Queues of equal weight (or all queues) are claimed together;
  * with different weights the slots are split by weighted sampling and claimed queue by
- * queue, a queue that comes up short passing its remainder on to the next.
+ * queue, a queue that comes up short passing its remainder on to the next (and the last
+ * one's to the queues that filled theirs).
  */
 export async function claimByWeight(pool: pg.Pool, schema: string, c: WeightedClaim): Promise<ClaimedRow[]> {
   const claim = (queues: string[] | null, limit: number) =>
@@ -25,6 +26,7 @@ export async function claimByWeight(pool: pg.Pool, schema: string, c: WeightedCl
   const asked = new Set(split.map(([q]) => q));
   const rest = sampleOrder(queues.filter(([q]) => !asked.has(q))).map((q): [string, number] => [q, 0]);
   const batches: ClaimedRow[][] = [];
+  const full: string[] = [];
   let carry = 0;
   for (const [queue, share] of [...split, ...rest]) {
     const limit = share + carry;
@@ -32,7 +34,10 @@ export async function claimByWeight(pool: pg.Pool, schema: string, c: WeightedCl
     const got = await claim([queue], limit);
     batches.push(got);
     carry = limit - got.length;
+    if (carry === 0) full.push(queue);
   }
+  // the last queue came up short: what it left goes to the queues that filled their share
+  if (carry > 0 && full.length > 0) batches.push(await claim(full, carry));
   return interleave(batches);
 }
 
