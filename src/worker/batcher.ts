@@ -6,14 +6,17 @@
 export class Batcher<T> {
   readonly #write: (items: T[]) => Promise<void>;
   readonly #maxBatch: number;
+  readonly #written: () => void;
   #pending: T[] = [];
   #writing = 0;
   #scheduled = false;
   #idle: Array<() => void> = [];
 
-  constructor(write: (items: T[]) => Promise<void>, maxBatch: number) {
+  /** `written` runs after each write, once its items no longer count in `size`. */
+  constructor(write: (items: T[]) => Promise<void>, maxBatch: number, written: () => void = () => {}) {
     this.#write = write;
     this.#maxBatch = maxBatch;
+    this.#written = written;
   }
 
   /** Items not yet written (waiting or in flight). */
@@ -52,6 +55,7 @@ export class Batcher<T> {
       .catch(() => {})
       .then(() => {
         this.#writing = 0;
+        this.#written();
         this.#next();
       });
   }

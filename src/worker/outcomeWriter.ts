@@ -22,13 +22,12 @@ export interface OutcomeWriterOptions {
 /**
  * Writes the outcomes of a worker's attempts in batches, one batch per final state and
  * one of requeues (each a single statement), retrying a failed write while the leases it
- * protects last. `written` runs after each write: the claim loops may have held back for
- * outcomes not yet written.
+ * protects last. `written` runs after each write, once `unwritten` no longer counts it:
+ * the claim loops may have held back for outcomes not yet written.
  */
 export class OutcomeWriter {
   readonly #pool: pg.Pool;
   readonly #o: OutcomeWriterOptions;
-  readonly #written: () => void;
   readonly #finishers: Record<WorkerFinalState, Batcher<OutcomeEntry>>;
   readonly #requeuer: Batcher<OutcomeEntry>;
   /** Writes waiting to retry: the connection's return cuts their wait short. */
@@ -37,11 +36,10 @@ export class OutcomeWriter {
   constructor(pool: pg.Pool, options: OutcomeWriterOptions, written: () => void) {
     this.#pool = pool;
     this.#o = options;
-    this.#written = written;
     const finisher = (state: WorkerFinalState) =>
-      new Batcher<OutcomeEntry>((entries) => this.#writeFinished(state, entries), options.batchSize);
+      new Batcher<OutcomeEntry>((entries) => this.#writeFinished(state, entries), options.batchSize, written);
     this.#finishers = { succeeded: finisher('succeeded'), dead: finisher('dead'), cancelled: finisher('cancelled') };
-    this.#requeuer = new Batcher<OutcomeEntry>((entries) => this.#writeRequeued(entries), options.batchSize);
+    this.#requeuer = new Batcher<OutcomeEntry>((entries) => this.#writeRequeued(entries), options.batchSize, written);
   }
 
   /** Moves the job to history in `state`. */
@@ -74,7 +72,6 @@ export class OutcomeWriter {
       finishJobs(this.#pool, this.#o.schema, state, entries, this.#o.asyncCommit),
     );
     this.#reportFenced(entries.length, done ?? 0, state);
-    this.#written();
   }
 
   async #writeRequeued(entries: OutcomeEntry[]): Promise<void> {
@@ -82,7 +79,6 @@ export class OutcomeWriter {
       requeueJobs(this.#pool, this.#o.schema, entries, this.#o.asyncCommit),
     );
     this.#reportFenced(entries.length, done ?? 0, 'requeued');
-    this.#written();
   }
 
   #reportFenced(sent: number, written: number, what: string): void {
