@@ -128,6 +128,80 @@ describe('a worker cut off from the database', () => {
     await worker.stop();
   });
 
+  it('a claim sent after its listening connection was lost holds its job through the outage: it beats over its pool, runs the job once back', async () => {
+    const runs: number[] = [];
+    const job = await db.tusk.enqueue('due', {}, { queue: 'due', runAt: new Date(Date.now() + 1500) });
+    const worker = db.worker(
+      {
+        queues: ['due'],
+        pollMs: 600_000,
+        // its own upkeep out of the way: only the test's hands the job back
+        maintenanceMs: 600_000,
+        tasks: { due: (_p, ctx) => void runs.push(ctx.job.attempt) },
+      },
+      cutOff,
+    );
+    await worker.start();
+    // the promotion of the due job waits for this lock while the test sets up
+    const blocker = await db.pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(`LOCK TABLE "${db.schema}".jobs IN SHARE MODE`);
+      await eventually(
+        async () =>
+          (
+            await db.rows(
+              `SELECT 1 FROM pg_stat_activity
+               WHERE query LIKE '%promote_due_jobs%' AND wait_event_type = 'Lock' AND client_port = ANY($1)`,
+              [gate.ports()],
+            )
+          ).length > 0,
+      );
+      gate.hold();
+      gate.refuse();
+      const [listener] = await db.rows<{ pid: number; port: number }>(
+        `SELECT pid, client_port AS port FROM pg_stat_activity
+         WHERE query LIKE '%register_worker%' AND client_port = ANY($1)`,
+        [gate.ports()],
+      );
+      await db.pool.query('SELECT pg_terminate_backend($1)', [listener?.pid]);
+      await eventually(() => gate.closedWhileHeld(listener?.port as number));
+      // the worker learns of the loss first, then reads the promotion's answer
+      const before = said.lines.length;
+      gate.release(listener?.port);
+      await logged('worker lost its database connection; reconnecting', before);
+      // due before the promotion's start, whatever the clocks: it is promoted
+      await blocker.query(`UPDATE "${db.schema}".jobs SET run_at = now() - interval '1 minute' WHERE id = $1`, [
+        job.id,
+      ]);
+      await blocker.query('COMMIT');
+      gate.release();
+      // the loop goes on from the promotion to a claim, under the id its lost session held
+      await eventually(async () => (await state(job.id)) === 'running');
+      const [claimed] = await db.rows<{ locked_by: number }>('SELECT locked_by FROM $schema.jobs WHERE id = $1', [
+        job.id,
+      ]);
+      expect(claimed?.locked_by).toBe(worker.id);
+      // its beats go on over its pool: no upkeep takes it for dead and hands the job back
+      for (let pass = 0; pass < 3; pass++) {
+        await sleep(400);
+        await db.tusk.upkeep().runOnce();
+      }
+      expect(await state(job.id)).toBe('running');
+      expect(runs).toEqual([]);
+      // back, it registers again (its id was free) and starts the job it held
+      gate.restore();
+      await eventually(async () => (await state(job.id)) === 'succeeded', 20_000);
+      await worker.stop();
+      expect(runs).toEqual([1]);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+      gate.release();
+      gate.restore();
+    }
+  });
+
   it('registered again while an upkeep was reaping it as dead: it keeps its row, and the jobs it claims next', async () => {
     let done!: () => void;
     const held = new Promise<void>((resolve) => {
