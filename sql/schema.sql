@@ -854,23 +854,43 @@ DECLARE
   v_part text := 'job_history_' || to_char(p_day, 'YYYYMMDD');
   v_lo timestamptz := p_day::timestamp AT TIME ZONE 'UTC';
   v_hi timestamptz := (p_day + 1)::timestamp AT TIME ZONE 'UTC';
+  v_aside text := format('CREATE TABLE %I.%I (LIKE %I.job_history INCLUDING DEFAULTS INCLUDING CONSTRAINTS,
+                            CONSTRAINT in_range CHECK (finished_at >= %L AND finished_at < %L))',
+                         'tusk', v_part, 'tusk', v_lo, v_hi);
+  v_move text := format('WITH moved AS (DELETE FROM %I.job_history_default WHERE finished_at >= $1 AND finished_at < $2
+                         RETURNING *) INSERT INTO %I.%I SELECT * FROM moved', 'tusk', 'tusk', v_part);
+  v_aside_made boolean := false;
 BEGIN
   IF to_regclass(format('%I.%I', 'tusk', v_part)) IS NOT NULL THEN
     RETURN false;
   END IF;
-  IF NOT EXISTS (SELECT 1 FROM "tusk".job_history_default d
-                 WHERE d.finished_at >= v_lo AND d.finished_at < v_hi) THEN
-    RETURN "tusk".try_ddl(format(
-      'CREATE TABLE %I.%I PARTITION OF %I.job_history FOR VALUES FROM (%L) TO (%L)',
-      'tusk', v_part, 'tusk', v_lo, v_hi));
+  -- the bulk of the day's rows, while completions go on (some into the default partition)
+  IF EXISTS (SELECT 1 FROM "tusk".job_history_default d
+             WHERE d.finished_at >= v_lo AND d.finished_at < v_hi) THEN
+    EXECUTE v_aside;
+    EXECUTE v_move USING v_lo, v_hi;
+    v_aside_made := true;
   END IF;
+  -- from here to the commit no row enters job_history. Every failure below raises, so
+  -- that the caller's subtransaction ends and lets go of the lock.
+  IF NOT "tusk".try_ddl(format('LOCK TABLE ONLY %I.job_history IN SHARE ROW EXCLUSIVE MODE', 'tusk')) THEN
+    RAISE lock_not_available USING MESSAGE = 'job_history is busy: partition ' || v_part || ' not made';
+  END IF;
+  IF NOT v_aside_made THEN
+    IF NOT EXISTS (SELECT 1 FROM "tusk".job_history_default d
+                   WHERE d.finished_at >= v_lo AND d.finished_at < v_hi) THEN
+      IF NOT "tusk".try_ddl(format(
+        'CREATE TABLE %I.%I PARTITION OF %I.job_history FOR VALUES FROM (%L) TO (%L)',
+        'tusk', v_part, 'tusk', v_lo, v_hi)) THEN
+        RAISE lock_not_available USING MESSAGE = 'job_history is busy: partition ' || v_part || ' not made';
+      END IF;
+      RETURN true;
+    END IF;
+    EXECUTE v_aside;
+  END IF;
+  -- the rows committed since the first move's snapshot
+  EXECUTE v_move USING v_lo, v_hi;
   -- the check constraint lets ATTACH skip scanning the new table
-  EXECUTE format('CREATE TABLE %I.%I (LIKE %I.job_history INCLUDING DEFAULTS INCLUDING CONSTRAINTS,
-                    CONSTRAINT in_range CHECK (finished_at >= %L AND finished_at < %L))',
-                 'tusk', v_part, 'tusk', v_lo, v_hi);
-  EXECUTE format('WITH moved AS (DELETE FROM %I.job_history_default WHERE finished_at >= $1 AND finished_at < $2
-                  RETURNING *) INSERT INTO %I.%I SELECT * FROM moved', 'tusk', 'tusk', v_part)
-    USING v_lo, v_hi;
   IF NOT "tusk".try_ddl(format('ALTER TABLE %I.job_history ATTACH PARTITION %I.%I FOR VALUES FROM (%L) TO (%L)',
                                 'tusk', 'tusk', v_part, v_lo, v_hi)) THEN
     RAISE lock_not_available USING MESSAGE = 'job_history is busy: partition ' || v_part || ' not attached';
@@ -1374,6 +1394,10 @@ DECLARE
   d date;
   created integer := 0;
 BEGIN
+  -- before reading the default partition: that read's lock would time the other's DDL out
+  IF NOT pg_try_advisory_xact_lock(hashtext('tusk' || ':partitions'), 0) THEN
+    RETURN 0;
+  END IF;
   FOR d IN
     SELECT generate_series((now() AT TIME ZONE 'UTC')::date - 1,
                            (now() AT TIME ZONE 'UTC')::date + p_days_ahead, '1 day')::date

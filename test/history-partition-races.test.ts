@@ -1,0 +1,155 @@
+// History day partitions made while completions go on and while another upkeep runs: each
+// interleaving forced with real sessions (a row lock or a transaction held open), 3 times.
+import pg from 'pg';
+import { afterEach, describe, expect, it } from 'vitest';
+import { eventually, useTestDb } from './helpers.js';
+
+const db = useTestDb(import.meta.url);
+const DAY = 24 * 3600_000;
+const ROUNDS = 3;
+
+// ended after each test, passed or not: a transaction left open would hold the next test up
+const sessions: pg.Client[] = [];
+afterEach(async () => {
+  for (const c of sessions.splice(0)) await c.end().catch(() => {});
+});
+
+/** A connection of its own, for transactions held open across steps. */
+async function session(): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: db.url });
+  await c.connect();
+  sessions.push(c);
+  return c;
+}
+
+/** The server process of a session (known from its connection: asking would queue behind its query). */
+const pidOf = (c: pg.Client) => (c as unknown as { processID: number }).processID;
+
+const waitingForLock = async (pid: number) =>
+  (await db.rows(`SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, [pid])).length > 0;
+
+/** Waits until `pid` waits for a lock (so the interleaving a test forces has happened). */
+const waitsForLock = (pid: number) => eventually(() => waitingForLock(pid), 10_000, 5, `session ${pid} waiting`);
+
+/** Whichever comes first: `query` settling, or its session waiting for a lock. */
+async function doneOrWaiting(pid: number, query: Promise<unknown>): Promise<'done' | 'waiting'> {
+  let settled = false;
+  void query.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
+  return eventually(async () => (settled ? 'done' : (await waitingForLock(pid)) ? 'waiting' : null), 10_000, 5);
+}
+
+/** A UTC day `daysAgo` days back: its partition's name and a time within it. */
+function pastDay(daysAgo: number): { part: string; at: (hour: number) => string } {
+  const day = new Date(Date.now() - daysAgo * DAY).toISOString().slice(0, 10);
+  return {
+    part: `job_history_${day.replaceAll('-', '')}`,
+    at: (hour) => `${day}T${String(hour).padStart(2, '0')}:00Z`,
+  };
+}
+
+/** A finished job, written as a completion writes it (into job_history, which routes it). */
+const finishSql = (schema: string) =>
+  `INSERT INTO "${schema}".job_history (id, tenant, queue, task, payload, priority, state, attempts,
+     max_attempts, concurrency_key, created_at, run_at, started_at, finished_at)
+   VALUES ($1, 'races', 'hist', 'done', 'null', 0, 'succeeded', 1, 5, '', $2, $2, $2, $2)`;
+
+/** Where the rows of `ids` are: partition name by id. */
+async function placeOf(ids: number[]): Promise<Record<string, string>> {
+  const rows = await db.rows<{ id: string; part: string }>(
+    `SELECT id::text, tableoid::regclass::text AS part FROM $schema.job_history WHERE id = ANY($1::bigint[])`,
+    [ids],
+  );
+  return Object.fromEntries(rows.map((r) => [r.id, r.part.replace(/^.*\./, '')]));
+}
+
+type Upkeep = { errors: unknown[]; partitions: number };
+
+describe('history partitions made under concurrency', () => {
+  it("rows of the day committed into the default partition during the move are moved too (the ATTACH failed on them, undoing the upkeep's pass)", async () => {
+    for (let round = 0; round < ROUNDS; round++) {
+      const { part, at } = pastDay(10 + round);
+      const [first, second, late] = [1, 2, 3].map((n) => 1_000_000 + round * 10 + n) as [number, number, number];
+      await db.pool.query(finishSql(db.schema), [first, at(1)]);
+      await db.pool.query(finishSql(db.schema), [second, at(2)]);
+      const [holder, upkeep] = [await session(), await session()];
+      // the move's DELETE takes its snapshot, then waits for this row lock
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM "${db.schema}".job_history_default WHERE id = $1 FOR UPDATE`, [first]);
+      const pass = upkeep.query(`SELECT "${db.schema}".maintain_history() AS r`);
+      pass.catch(() => {});
+      await waitsForLock(pidOf(upkeep));
+      // a completion of that day commits into the default partition after the move's snapshot
+      await db.pool.query(finishSql(db.schema), [late, at(3)]);
+      await holder.query('COMMIT');
+      await pass;
+      expect(await placeOf([first, second, late])).toEqual({
+        [String(first)]: part,
+        [String(second)]: part,
+        [String(late)]: part,
+      });
+    }
+  });
+
+  it('a completion of the day written while the new partition is not yet committed waits and lands in it (it went to the default partition and failed)', async () => {
+    for (let round = 0; round < ROUNDS; round++) {
+      const { part, at } = pastDay(13 + round);
+      const [stray, late] = [1, 2].map((n) => 2_000_000 + round * 10 + n) as [number, number];
+      await db.pool.query(finishSql(db.schema), [stray, at(1)]);
+      const [upkeep, completion] = [await session(), await session()];
+      await upkeep.query('BEGIN');
+      await upkeep.query(`SELECT "${db.schema}".maintain_history() AS r`); // made, moved, attached: not committed
+      const write = completion.query(finishSql(db.schema), [late, at(2)]);
+      write.catch(() => {});
+      await waitsForLock(pidOf(completion));
+      await upkeep.query('COMMIT');
+      await write;
+      expect(await placeOf([stray, late])).toEqual({ [String(stray)]: part, [String(late)]: part });
+    }
+  });
+
+  it("an upkeep pass while another is under way does nothing at once (it waited for the other's new table, which then failed to attach)", async () => {
+    for (let round = 0; round < ROUNDS; round++) {
+      const { part, at } = pastDay(16 + round);
+      const [first, second] = [1, 2].map((n) => 3_000_000 + round * 10 + n) as [number, number];
+      await db.pool.query(finishSql(db.schema), [first, at(1)]);
+      await db.pool.query(finishSql(db.schema), [second, at(2)]);
+      const [holder, history, queue] = [await session(), await session(), await session()];
+      // the history upkeep stops in the middle of its move
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM "${db.schema}".job_history_default WHERE id = $1 FOR UPDATE`, [first]);
+      const pass = history.query(`SELECT "${db.schema}".maintain_history() AS r`);
+      pass.catch(() => {});
+      await waitsForLock(pidOf(history));
+      // the queue's upkeep runs meanwhile, in another process
+      const other = queue.query<{ r: Upkeep }>(`SELECT "${db.schema}".maintain() AS r`);
+      other.catch(() => {});
+      const otherWas = await doneOrWaiting(pidOf(queue), other);
+      await holder.query('COMMIT');
+      const [done, otherDone] = [await pass, await other];
+      expect(otherWas).toBe('done');
+      expect(otherDone.rows[0]?.r).toMatchObject({ errors: [], partitions: 0 });
+      expect(done.rows[0].r.created).toBeGreaterThanOrEqual(1); // the day, made by the pass that began it
+      expect(await placeOf([first, second])).toEqual({ [String(first)]: part, [String(second)]: part });
+    }
+  });
+
+  it('an upkeep pass that runs while another has made the day, not yet committed, finds it made (no duplicate table)', async () => {
+    for (let round = 0; round < ROUNDS; round++) {
+      const { part, at } = pastDay(19 + round);
+      const stray = 4_000_000 + round * 10;
+      await db.pool.query(finishSql(db.schema), [stray, at(1)]);
+      const [history, queue] = [await session(), await session()];
+      await history.query('BEGIN');
+      await history.query(`SELECT "${db.schema}".maintain_history() AS r`);
+      const other = queue.query<{ r: Upkeep }>(`SELECT "${db.schema}".maintain() AS r`);
+      other.catch(() => {});
+      await doneOrWaiting(pidOf(queue), other); // before the commit, whether it waits for it or not
+      await history.query('COMMIT');
+      expect((await other).rows[0]?.r).toMatchObject({ errors: [], partitions: 0 });
+      expect(await placeOf([stray])).toEqual({ [String(stray)]: part });
+    }
+  });
+});
