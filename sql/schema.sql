@@ -2967,16 +2967,28 @@ BEGIN
     SELECT count(*) FILTER (WHERE counted.state = 'available') INTO v_n FROM counted;
     v_released := v_released + v_n;
     EXIT WHEN v_ok;
-    -- a dependency failed: the waiting dependents that do not go on end cancelled
-    SELECT jsonb_agg(jsonb_build_object('id', j.id, 'error', jsonb_build_object(
-             'attempt', j.attempts, 'at', now(), 'name', 'DependencyFailedError',
-             'message', 'job ' || x.first || ', which it depends on, ended '
-                        || coalesce((SELECT h.state::text FROM "tusk".job_history h
-                                     WHERE h.id = x.first LIMIT 1), 'unsuccessfully'))))
+    -- a dependency failed: the waiting dependents that do not go on end cancelled, each
+    -- saying how the first of its failed dependencies ended. Those ended in this
+    -- transaction (finish_jobs moved them to history, with finished_at = now()): their
+    -- states are read once, from that day's partition alone, not once per dependent
+    WITH cancel AS MATERIALIZED (
+      SELECT j.id, j.attempts, x.first
+      FROM unnest(v_dependents, v_firsts) AS x(id, first)
+      JOIN "tusk".jobs j ON j.id = x.id
+      WHERE j.waiting_on > 0 AND coalesce(j.on_dependency_failure, 'cancel') = 'cancel'
+    ),
+    ended AS MATERIALIZED (
+      SELECT jsonb_object_agg(f.first::text, s.state) AS states
+      FROM (SELECT DISTINCT c.first FROM cancel c) f
+      CROSS JOIN LATERAL (SELECT h.state FROM "tusk".job_history h
+                          WHERE h.id = f.first AND h.finished_at = now() LIMIT 1) s
+    )
+    SELECT jsonb_agg(jsonb_build_object('id', c.id, 'error', jsonb_build_object(
+             'attempt', c.attempts, 'at', now(), 'name', 'DependencyFailedError',
+             'message', 'job ' || c.first || ', which it depends on, ended '
+                        || coalesce(e.states ->> c.first::text, 'unsuccessfully'))) ORDER BY c.id)
     INTO v_cancel
-    FROM unnest(v_dependents, v_firsts) AS x(id, first)
-    JOIN "tusk".jobs j ON j.id = x.id
-    WHERE j.waiting_on > 0 AND coalesce(j.on_dependency_failure, 'cancel') = 'cancel';
+    FROM cancel c CROSS JOIN ended e;
     EXIT WHEN v_cancel IS NULL;
     v_ids := "tusk".move_to_history('cancelled', v_cancel);
     EXIT WHEN v_ids IS NULL;
