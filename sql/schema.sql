@@ -506,33 +506,22 @@ BEGIN
     IF cardinality(v_exclusive) + cardinality(v_shared) = 0 THEN RETURN; END IF;
 
     -- The lanes of the chosen tenants: a (queue, tenant) pair read in (priority, id) order
-    -- across its keys, or, for a tenant with a per-key limit, one lane per key (at most
-    -- config.key_lanes of them per pair, in key order).
+    -- across its keys, or, for a tenant with a per-key limit, one lane per key: the keys of
+    -- its first jobs, as many as this claim can take (key_window).
     SELECT array_agg(x.l) INTO v_lanes FROM (
       SELECT p AS l FROM unnest(v_pairs) p JOIN "tusk".tenants t ON t.tenant = p.tenant
       WHERE t.per_key IS NULL AND (p.tenant = ANY (v_exclusive) OR p.tenant = ANY (v_shared))
       UNION ALL
       SELECT k AS l FROM unnest(v_pairs) p JOIN "tusk".tenants t ON t.tenant = p.tenant
-      CROSS JOIN LATERAL unnest("tusk".key_lanes(p.queue, p.tenant)) k
+      CROSS JOIN LATERAL unnest("tusk".key_window(p.queue, p.tenant, v_left)) k
       WHERE t.per_key IS NOT NULL AND p.tenant = ANY (v_exclusive)
     ) x;
-    IF v_lanes IS NULL THEN
-      v_candidates := ARRAY(SELECT c FROM unnest(v_candidates) c WHERE c <> ALL (v_exclusive || v_shared));
-      v_passed := v_passed || v_exclusive;
-      EXIT WHEN cardinality(v_candidates) = 0;
-      IF cardinality(v_exclusive) > 0 THEN
-        v_empty := v_empty + 1;
-        EXIT WHEN v_empty >= 3;
-        v_pick := p_max_tenants;
-      END IF;
-      CONTINUE;
-    END IF;
 
     -- 2. With those locks held, a fresh snapshot: count running jobs of limited tenants
     --    exactly, and the starts left in their rate window (at v_now, read after the locks:
     --    claims of a tenant are serialized by its lock, so their v_now only grows and each
     --    start is counted in the window it falls in), re-check that the shared ones are
-    --    still unlimited, and choose the jobs in round-robin order.
+    --    still unlimited, and choose the jobs in round-robin order (none without lanes).
     v_now := clock_timestamp();
     WITH elig AS MATERIALIZED (  -- MATERIALIZED: computed once, not once per picked row
       SELECT t.tenant, "tusk".served_at(t.tenant) AS last_served_at, t.per_key,
@@ -564,13 +553,32 @@ BEGIN
                        WHERE f.below + (f.t - f.k + 1) * f.free >= v_left ORDER BY f.k LIMIT 1),
                       v_left) AS n
     ),
+    -- the running jobs of the chosen per-key tenants' keys, read once (not once per key lane;
+    -- nothing is read when no per-key tenant was chosen)
+    keys_running AS MATERIALIZED (
+      SELECT e.tenant, r.ckey, sum(r.n)::integer AS n
+      FROM elig e CROSS JOIN LATERAL (
+        SELECT b.ckey, b.n FROM "tusk".running_base b WHERE b.tenant = e.tenant AND b.ckey <> ''
+        UNION ALL
+        SELECT d.ckey, d.n FROM "tusk".running_deltas d
+        WHERE d.tenant = e.tenant AND d.ckey <> ''
+          AND d.seq > (SELECT f.upto FROM "tusk".running_fold f WHERE f.one)
+      ) r
+      WHERE e.per_key IS NOT NULL
+      GROUP BY e.tenant, r.ckey
+    ),
+    -- a pair lane's mark (key lanes have none: the condition keeps lane_mark from running)
     lanes AS MATERIALIZED (
       SELECT l.queue, l.tenant, l.concurrency_key, e.free, sh.n AS share, e.last_served_at, e.shared,
              CASE WHEN l.concurrency_key IS NULL OR l.concurrency_key = '' OR e.per_key IS NULL THEN NULL
-                  ELSE e.per_key - "tusk".running_now(l.tenant, l.concurrency_key) END AS key_free,
+                  ELSE e.per_key - coalesce(kr.n, 0) END AS key_free,
              m.priority AS m_priority, m.id AS m_id, m.snap AS m_snap
       FROM unnest(v_lanes) l JOIN elig e ON e.tenant = l.tenant CROSS JOIN share sh
-      CROSS JOIN LATERAL "tusk".lane_mark(l.queue, l.tenant) m
+      LEFT JOIN keys_running kr ON kr.tenant = l.tenant AND kr.ckey = l.concurrency_key
+      LEFT JOIN LATERAL (
+        SELECT lm.priority, lm.id, lm.snap FROM "tusk".lane_mark(l.queue, l.tenant) lm
+        WHERE l.concurrency_key IS NULL
+      ) m ON true
       WHERE e.free > 0
     ),
     arr AS MATERIALIZED (
@@ -1757,6 +1765,30 @@ BEGIN
 END $$;
 
 --
+-- Name: full_keys(text); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.full_keys(p_tenant text) RETURNS text[]
+    LANGUAGE plpgsql STABLE
+    SET enable_seqscan TO 'off'
+    SET jit TO 'off'
+    AS $$
+BEGIN
+  RETURN (
+    SELECT coalesce(array_agg(x.ckey), '{}') FROM (
+      SELECT r.ckey FROM (
+        SELECT b.ckey, b.n FROM "tusk".running_base b WHERE b.tenant = p_tenant AND b.ckey <> ''
+        UNION ALL
+        SELECT d.ckey, d.n FROM "tusk".running_deltas d
+        WHERE d.tenant = p_tenant AND d.ckey <> ''
+          AND d.seq > (SELECT f.upto FROM "tusk".running_fold f WHERE f.one)
+      ) r
+      GROUP BY r.ckey
+      HAVING sum(r.n) >= (SELECT t.per_key FROM "tusk".tenants t WHERE t.tenant = p_tenant)
+    ) x);
+END $$;
+
+--
 -- Name: heartbeat(integer, bigint[], bigint[], integer); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -1812,19 +1844,8 @@ CREATE FUNCTION tusk.key_lanes(p_queue text, p_tenant text, p_max integer DEFAUL
     SET jit TO 'off'
     AS $$
 DECLARE
-  v_full text[];
+  v_full text[] := "tusk".full_keys(p_tenant);
 BEGIN
-  SELECT coalesce(array_agg(x.ckey), '{}') INTO v_full FROM (
-    SELECT r.ckey FROM (
-      SELECT b.ckey, b.n FROM "tusk".running_base b WHERE b.tenant = p_tenant AND b.ckey <> ''
-      UNION ALL
-      SELECT d.ckey, d.n FROM "tusk".running_deltas d
-      WHERE d.tenant = p_tenant AND d.ckey <> ''
-        AND d.seq > (SELECT f.upto FROM "tusk".running_fold f WHERE f.one)
-    ) r
-    GROUP BY r.ckey
-    HAVING sum(r.n) >= (SELECT t.per_key FROM "tusk".tenants t WHERE t.tenant = p_tenant)
-  ) x;
   RETURN (
     WITH RECURSIVE k AS (
       (SELECT j.concurrency_key FROM "tusk".jobs j
@@ -1840,6 +1861,44 @@ BEGIN
     SELECT array_agg(ROW(p_queue, p_tenant, k.concurrency_key)::"tusk".lane)
     FROM (SELECT * FROM k WHERE k.concurrency_key <> ALL (v_full)
           LIMIT coalesce(p_max, (SELECT c.key_lanes FROM "tusk".config c WHERE c.singleton))) k);
+END $$;
+
+--
+-- Name: key_window(text, text, integer); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.key_window(p_queue text, p_tenant text, p_need integer) RETURNS tusk.lane[]
+    LANGUAGE plpgsql STABLE
+    SET enable_seqscan TO 'off'
+    SET jit TO 'off'
+    AS $$
+DECLARE
+  v_full text[] := "tusk".full_keys(p_tenant);
+  v_walk integer := 2 * p_need + 16;
+  v_seen integer;
+  v_keys text[];
+BEGIN
+  WITH first_jobs AS MATERIALIZED (
+    SELECT j.concurrency_key AS ckey, j.priority, j.id FROM "tusk".jobs j
+    WHERE j.state = 'available' AND j.queue = p_queue AND j.tenant = p_tenant
+    ORDER BY j.priority, j.id
+    LIMIT v_walk
+  )
+  SELECT (SELECT count(*) FROM first_jobs),
+         ARRAY(SELECT k.ckey FROM (
+                 SELECT DISTINCT ON (f.ckey) f.ckey, f.priority, f.id FROM first_jobs f
+                 WHERE f.ckey <> ALL (v_full)
+                 ORDER BY f.ckey, f.priority, f.id) k
+               ORDER BY k.priority, k.id
+               LIMIT p_need)
+  INTO v_seen, v_keys;
+  IF v_seen >= v_walk AND cardinality(v_keys) < p_need THEN
+    -- the front is a few keys' backlog: the keys further on, in key order, too
+    v_keys := v_keys || ARRAY(SELECT l.concurrency_key FROM unnest("tusk".key_lanes(p_queue, p_tenant)) l
+                              WHERE l.concurrency_key <> ALL (v_keys));
+  END IF;
+  IF cardinality(v_keys) = 0 THEN RETURN NULL; END IF;
+  RETURN ARRAY(SELECT ROW(p_queue, p_tenant, k)::"tusk".lane FROM unnest(v_keys) k);
 END $$;
 
 --

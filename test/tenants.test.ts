@@ -233,31 +233,74 @@ describe('slots', () => {
     expect(probe.peak.get('keyed/')).toBeGreaterThan(1); // jobs without a key are not limited by perKey
   });
 
-  it('keys at their limit leave the window of key lanes to the keys after them', async () => {
-    await db.tusk.tenants.set('windowed', { perKey: 1 });
+  /** The concurrency keys of the jobs a fetch of `n` from `queue` for `tenant` takes, in its order. */
+  const fetchKeys = async (n: number, queue: string, tenant: string) =>
+    (
+      await db.rows<{ k: string }>('SELECT concurrency_key AS k FROM $schema.fetch_jobs($1, 60000, $2, $3)', [
+        n,
+        queue,
+        tenant,
+      ])
+    ).map((r) => r.k);
+  const perKeyJobs = (tenant: string, queue: string, keys: string[]) =>
+    db.tusk.enqueueMany(keys.map((key) => ({ task: 'probe', tenant, queue, concurrencyKey: key })));
+
+  it("a per-key tenant's jobs are taken in (priority, id) order across its keys, not in key order", async () => {
+    await db.tusk.tenants.set('keyed-fifo', { perKey: 1 });
+    // a window of two keys: before, a claim read the keys a and x (key order), not the oldest
     await db.pool.query(`UPDATE "${db.schema}".config SET key_lanes = 2`);
     try {
-      await db.tusk.enqueueMany(
-        ['a', 'a', 'b', 'b', 'c', 'c'].map((key) => ({
-          task: 'probe',
-          tenant: 'windowed',
-          queue: 'window',
-          concurrencyKey: key,
-        })),
-      );
-      const fetchKeys = async () =>
-        (
-          await db.rows<{ k: string }>(
-            `SELECT concurrency_key AS k FROM $schema.fetch_jobs(10, 60000, 'window', 'windowed') ORDER BY 1`,
-          )
-        ).map((r) => r.k);
-      expect(await fetchKeys()).toEqual(['a', 'b']);
-      // a and b are at their limit with a job waiting each: c runs, not nothing
-      expect(await fetchKeys()).toEqual(['c']);
-      expect(await fetchKeys()).toEqual([]);
+      await perKeyJobs('keyed-fifo', 'kfifo', ['z', 'y', 'x', 'a']);
+      await db.tusk.enqueue('probe', {}, { tenant: 'keyed-fifo', queue: 'kfifo', concurrencyKey: 'b', priority: -1 });
+      expect(await fetchKeys(3, 'kfifo', 'keyed-fifo')).toEqual(['b', 'z', 'y']);
+      expect(await fetchKeys(3, 'kfifo', 'keyed-fifo')).toEqual(['x', 'a']);
     } finally {
       await db.pool.query(`UPDATE "${db.schema}".config SET key_lanes = DEFAULT`);
     }
+  });
+
+  it('past a backlog of keys at their limit at the front, the window of key lanes goes to the keys after them', async () => {
+    await db.tusk.tenants.set('windowed', { perKey: 1 });
+    await db.pool.query(`UPDATE "${db.schema}".config SET key_lanes = 1`);
+    try {
+      // key a's 40 jobs first: more than a claim of one job reads in order (18)
+      await perKeyJobs('windowed', 'window', [...Array.from({ length: 40 }, () => 'a'), 'c', 'b']);
+      expect(await fetchKeys(1, 'window', 'windowed')).toEqual(['a']);
+      // a is at its limit: the one key of the window is b, not a
+      expect(await fetchKeys(1, 'window', 'windowed')).toEqual(['b']);
+      expect(await fetchKeys(1, 'window', 'windowed')).toEqual(['c']);
+      expect(await fetchKeys(1, 'window', 'windowed')).toEqual([]);
+    } finally {
+      await db.pool.query(`UPDATE "${db.schema}".config SET key_lanes = DEFAULT`);
+    }
+  });
+
+  it("a claim of one job reads one of a per-key tenant's keys, not the whole window", async () => {
+    await db.tusk.tenants.set('many-keys', { perKey: 1 });
+    await perKeyJobs(
+      'many-keys',
+      'mkeys',
+      Array.from({ length: 300 }, (_, i) => `key-${i}`),
+    );
+    const c = await db.pool.connect();
+    try {
+      await c.query('BEGIN');
+      // index scans of jobs_ready (by key) in this transaction: before, two for each of the
+      // 300 keys (the key itself, then its first job)
+      const scans = async () =>
+        Number(
+          (await c.query<{ n: string }>(`SELECT pg_stat_get_xact_numscans('"${db.schema}".jobs_ready'::regclass) AS n`))
+            .rows[0]?.n,
+        );
+      const before = await scans();
+      const { rows } = await c.query(`SELECT tenant FROM "${db.schema}".fetch_jobs(1, 60000, 'mkeys', NULL)`);
+      expect(rows).toEqual([{ tenant: 'many-keys' }]);
+      expect((await scans()) - before).toBeLessThanOrEqual(4);
+    } finally {
+      await c.query('ROLLBACK');
+      c.release();
+    }
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE tenant = 'many-keys'`);
   });
 
   it('a claim of one job goes past a tenant first in turn whose keys are all at their limit', async () => {

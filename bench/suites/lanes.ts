@@ -88,7 +88,7 @@ export async function lanes(o: LanesOptions): Promise<boolean> {
     status('lanes · timing fetches with the flood');
     const after = { own: await timeFetch(pool, 'victim0', o.fetches), any: await timeFetch(pool, null, o.fetches) };
     // the flooder with a per-key limit (a committed row: each fetch is rolled back). Never served
-    // and first by name, it comes first in turn: a fetch for any tenant reads its key window
+    // and first by name, it comes first in turn: a fetch for any tenant reads its keys
     await tusk.tenants.set('flooder', { perKey: 1 });
     const keyed = { own: await timeFetch(pool, 'victim0', o.fetches), any: await timeFetch(pool, null, o.fetches) };
     statusDone();
@@ -104,7 +104,7 @@ export async function lanes(o: LanesOptions): Promise<boolean> {
       row('a fetch for any tenant', before.any, after.any),
       row("another tenant's fetch, flooder with perKey 1", before.own, keyed.own),
       row(
-        'a fetch for any tenant, the flooder first in turn with perKey 1 (reads key_lanes keys)',
+        'a fetch for any tenant, the flooder first in turn with perKey 1 (reads its keys)',
         before.any,
         keyed.any,
       ),
