@@ -103,11 +103,7 @@ export async function lanes(o: LanesOptions): Promise<boolean> {
       row("another tenant's fetch of one job", before.own, after.own),
       row('a fetch for any tenant', before.any, after.any),
       row("another tenant's fetch, flooder with perKey 1", before.own, keyed.own),
-      row(
-        'a fetch for any tenant, the flooder first in turn with perKey 1 (reads its keys)',
-        before.any,
-        keyed.any,
-      ),
+      row('a fetch for any tenant, the flooder first in turn with perKey 1 (reads its keys)', before.any, keyed.any),
     ];
     const server = await serverInfo(o.url);
     const ratio = cases[0] ? cases[0].withFlood / cases[0].without : Number.POSITIVE_INFINITY;
