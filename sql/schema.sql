@@ -1400,19 +1400,25 @@ CREATE FUNCTION tusk.ensure_history_partitions(p_days_ahead integer DEFAULT 3) R
     AS $$
 DECLARE
   d date;
+  v_stray boolean;
   created integer := 0;
 BEGIN
   -- before reading the default partition: that read's lock would time the other's DDL out
   IF NOT pg_try_advisory_xact_lock(hashtext('tusk' || ':partitions'), 0) THEN
     RETURN 0;
   END IF;
-  FOR d IN
-    SELECT generate_series((now() AT TIME ZONE 'UTC')::date - 1,
-                           (now() AT TIME ZONE 'UTC')::date + p_days_ahead, '1 day')::date
-    UNION
-    SELECT DISTINCT (h.finished_at AT TIME ZONE 'UTC')::date FROM "tusk".job_history_default h
-    ORDER BY 1
+  FOR d, v_stray IN
+    SELECT x.day, bool_or(x.stray) FROM (
+      SELECT generate_series((now() AT TIME ZONE 'UTC')::date - 1,
+                             (now() AT TIME ZONE 'UTC')::date + p_days_ahead, '1 day')::date, false
+      UNION ALL
+      SELECT DISTINCT (h.finished_at AT TIME ZONE 'UTC')::date, true FROM "tusk".job_history_default h
+    ) x(day, stray)
+    GROUP BY x.day
+    ORDER BY x.day
   LOOP
+    -- its rows would be moved under the lock the partition made holds
+    CONTINUE WHEN v_stray AND created > 0;
     BEGIN
       IF "tusk".create_history_partition(d) THEN
         created := created + 1;
@@ -1420,6 +1426,7 @@ BEGIN
     EXCEPTION WHEN lock_not_available THEN
       NULL;  -- the next upkeep tries again (the partitions are made days ahead)
     END;
+    EXIT WHEN v_stray AND created > 0;
   END LOOP;
   RETURN created;
 END $$;
@@ -1999,11 +2006,6 @@ BEGIN
     v_errors := v_errors || jsonb_build_object('step', 'expire', 'code', SQLSTATE, 'message', SQLERRM);
   END;
   BEGIN
-    v_done := v_done || jsonb_build_object('partitions', "tusk".ensure_history_partitions());
-  EXCEPTION WHEN OTHERS THEN
-    v_errors := v_errors || jsonb_build_object('step', 'partitions', 'code', SQLSTATE, 'message', SQLERRM);
-  END;
-  BEGIN
     v_done := v_done || jsonb_build_object('idlePairs', "tusk".prune_lanes());
   EXCEPTION WHEN OTHERS THEN
     v_errors := v_errors || jsonb_build_object('step', 'lanes', 'code', SQLSTATE, 'message', SQLERRM);
@@ -2012,6 +2014,13 @@ BEGIN
     v_done := v_done || jsonb_build_object('fetchSearches', "tusk".prune_fetch_searches());
   EXCEPTION WHEN OTHERS THEN
     v_errors := v_errors || jsonb_build_object('step', 'fetchSearches', 'code', SQLSTATE, 'message', SQLERRM);
+  END;
+  -- late: a partition made holds job_history's lock until this transaction ends (completions
+  -- wait), so no other step runs after it but the fold
+  BEGIN
+    v_done := v_done || jsonb_build_object('partitions', "tusk".ensure_history_partitions());
+  EXCEPTION WHEN OTHERS THEN
+    v_errors := v_errors || jsonb_build_object('step', 'partitions', 'code', SQLSTATE, 'message', SQLERRM);
   END;
   -- last: writers wait for the fold's lock until this transaction ends
   BEGIN
@@ -2041,13 +2050,18 @@ CREATE FUNCTION tusk.maintain_history(p_batch integer DEFAULT 10000) RETURNS jso
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 DECLARE
+  v_pruned jsonb;
   v_created integer;
 BEGIN
   IF NOT pg_try_advisory_xact_lock(hashtext('tusk' || ':history'), 0) THEN
     RETURN NULL;
   END IF;
+  v_pruned := "tusk".prune_history(p_batch);
   v_created := "tusk".ensure_history_partitions();
-  RETURN "tusk".prune_history(p_batch) || jsonb_build_object('created', v_created);
+  RETURN v_pruned || jsonb_build_object(
+    'created', v_created,
+    'more', (v_pruned ->> 'more')::boolean
+            OR (v_created > 0 AND EXISTS (SELECT 1 FROM "tusk".job_history_default)));
 END $$;
 
 --

@@ -152,4 +152,75 @@ describe('history partitions made under concurrency', () => {
       expect(await placeOf([stray])).toEqual({ [String(stray)]: part });
     }
   });
+
+  it("a pass makes one day from the default partition's rows, the next pass the next day (its move ran under the first day's lock)", async () => {
+    const [older, newer] = [pastDay(26), pastDay(25)];
+    const [a, b] = [5_000_001, 5_000_002];
+    await db.pool.query(finishSql(db.schema), [a, older.at(1)]);
+    await db.pool.query(finishSql(db.schema), [b, newer.at(1)]);
+    await db.pool.query(`SELECT "${db.schema}".maintain_history()`);
+    expect(await placeOf([a, b])).toEqual({ [String(a)]: older.part, [String(b)]: 'job_history_default' });
+    await db.pool.query(`SELECT "${db.schema}".maintain_history()`);
+    expect(await placeOf([a, b])).toEqual({ [String(a)]: older.part, [String(b)]: newer.part });
+  });
+
+  it("the queue's upkeep makes partitions after its other steps: a step that waits holds no lock on job_history", async () => {
+    for (let round = 0; round < ROUNDS; round++) {
+      const { part, at } = pastDay(30 + round);
+      const stray = 6_000_000 + round * 10;
+      await db.pool.query(finishSql(db.schema), [stray, at(1)]);
+      // a search record the upkeep prunes, held by another session: that step waits for it
+      const seq = 9_000_000 + round;
+      await db.pool.query(
+        `INSERT INTO "${db.schema}".fetch_searches (seq, queue, tenant, at, ms)
+         VALUES ($1, 'hist', 'races', now() - interval '1 hour', 1)`,
+        [seq],
+      );
+      const [holder, upkeep] = [await session(), await session()];
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM "${db.schema}".fetch_searches WHERE seq = $1 FOR UPDATE`, [seq]);
+      const pass = upkeep.query<{ r: Upkeep }>(`SELECT "${db.schema}".maintain() AS r`);
+      pass.catch(() => {});
+      await waitsForLock(pidOf(upkeep));
+      // before, the day was made first, and completions waited on this step too
+      // (the modes a completion's insert does not wait for are left out)
+      const held = await db.rows(
+        `SELECT mode FROM pg_locks WHERE pid = $1 AND relation = $2::regclass
+           AND mode NOT IN ('AccessShareLock', 'RowShareLock', 'RowExclusiveLock')`,
+        [pidOf(upkeep), `"${db.schema}".job_history`],
+      );
+      await holder.query('COMMIT');
+      expect(held).toEqual([]);
+      expect((await pass).rows[0]?.r).toMatchObject({ errors: [], partitions: 1 });
+      expect(await placeOf([stray])).toEqual({ [String(stray)]: part });
+    }
+  });
+
+  it('the history upkeep makes partitions after its pruning: a pruning that waits holds no lock on job_history', async () => {
+    // kept 60 days: the rows of days 90 and 91 ago are pruned, the other tests' days kept
+    await db.pool.query(`SELECT "${db.schema}".set_retention(NULL, '60 days', false)`);
+    try {
+      const [a, b] = [7_000_001, 7_000_002];
+      await db.pool.query(finishSql(db.schema), [a, pastDay(91).at(1)]);
+      await db.pool.query(finishSql(db.schema), [b, pastDay(90).at(1)]);
+      const [holder, upkeep] = [await session(), await session()];
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM "${db.schema}".job_history_default WHERE id = $1 FOR UPDATE`, [b]);
+      const pass = upkeep.query(`SELECT "${db.schema}".maintain_history() AS r`);
+      pass.catch(() => {});
+      await waitsForLock(pidOf(upkeep));
+      // before, day 91 was made first (its lock held), then day 90's move waited here
+      const held = await db.rows(
+        `SELECT mode FROM pg_locks WHERE pid = $1 AND relation = $2::regclass
+           AND mode NOT IN ('AccessShareLock', 'RowShareLock', 'RowExclusiveLock')`,
+        [pidOf(upkeep), `"${db.schema}".job_history`],
+      );
+      await holder.query('COMMIT');
+      await pass;
+      expect(held).toEqual([]);
+      expect(await placeOf([a, b])).toEqual({});
+    } finally {
+      await db.pool.query(`SELECT "${db.schema}".set_retention(NULL, NULL, true)`);
+    }
+  });
 });

@@ -55,8 +55,11 @@ export class Batcher<T> {
       .catch(() => {})
       .then(() => {
         this.#writing = 0;
-        this.#written();
-        this.#next();
+        try {
+          this.#written();
+        } finally {
+          this.#next();
+        }
       });
   }
 }
