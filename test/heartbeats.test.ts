@@ -29,7 +29,7 @@ function heartbeatsOf(on: pg.Pool, id: number, connected: boolean, leaseMs: numb
     held,
     registration,
     listener: { connected, client: null },
-    running: () => true,
+    holding: () => true,
     beaten: () => {},
   });
   return { heartbeats, held, registration: registration as unknown as { id: number } };

@@ -412,6 +412,37 @@ describe('a worker whose listening connection alone is cut off', () => {
     }
   });
 
+  it('keeps its running job while it stops with its listening connection cut: it beats over its pool until the job ends', async () => {
+    const { direct, pool } = poolPastTheGate();
+    const tusk = db.another({ pool, logger: said.log });
+    const { tasks, finish, started } = heldTask();
+    const worker = db.worker({ tasks, leaseMs: 20_000, shutdownTimeoutMs: 60_000 }, tusk);
+    let stopped: Promise<void> | undefined;
+    try {
+      await worker.start();
+      const job = await db.tusk.enqueue('slow', {});
+      await eventually(() => started() === 1);
+      stopped = worker.stop();
+      await outage(2);
+      // before, a stopping worker did not beat: taken for dead a second later, its job
+      // handed back while the handler ran on
+      for (let pass = 0; pass < 30; pass++) {
+        await db.pool.query(`SELECT "${db.schema}".maintain()`);
+        await sleep(100);
+      }
+      expect(await state(job.id)).toBe('running');
+      finish();
+      await eventually(async () => (await state(job.id)) === 'succeeded', 20_000);
+      expect((await db.tusk.getJob(job.id))?.attempts).toBe(1);
+    } finally {
+      finish();
+      gate.restore();
+      await (stopped ?? worker.stop());
+      await tusk.close();
+      await direct.end();
+    }
+  });
+
   it('starts no job it holds ahead until it is back, though its beats over the pool go on', async () => {
     // Those beats keep the worker alive only while they go on: if they stop too, the
     // upkeep hands its jobs back a second later, and a job held ahead started meanwhile

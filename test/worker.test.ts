@@ -591,6 +591,43 @@ describe('graceful stop', () => {
     expect(job?.error?.name).toBe('WorkerStoppingError');
   });
 
+  it("renews its running jobs' leases while it waits for them to finish: a grace longer than the lease loses none", async () => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const worker = db.worker({
+      queues: ['stop-lease'],
+      leaseMs: 2000,
+      shutdownTimeoutMs: 60_000,
+      tasks: {
+        long: async () => {
+          await released;
+          return 'done';
+        },
+      },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('long', {}, { queue: 'stop-lease' });
+    await eventually(async () => (await stateOf(id)) === 'running');
+    const leaseOf = async () =>
+      (await db.rows<{ until: Date }>('SELECT lease_until AS until FROM $schema.jobs WHERE id = $1', [id]))[0]?.until;
+    const stopped = worker.stop();
+    try {
+      const atStop = await leaseOf();
+      // before, the heartbeats stopped with the claims: the lease ran out while the handler
+      // ran, and an upkeep gave the job to another worker
+      await eventually(async () => ((await leaseOf())?.getTime() ?? 0) > (atStop?.getTime() ?? 0), 6000);
+      await eventually(async () => ((await leaseOf())?.getTime() ?? 0) > Date.now() + 1000, 6000);
+      await db.tusk.upkeep().runOnce();
+      expect(await stateOf(id)).toBe('running');
+    } finally {
+      release();
+      await stopped;
+    }
+    expect(await db.tusk.getJob(id)).toMatchObject({ state: 'succeeded', attempts: 1, result: 'done' });
+  });
+
   it('gives back jobs claimed ahead but not started, without counting an attempt', async () => {
     const { ids } = await db.tusk.enqueueMany(Array.from({ length: 6 }, () => ({ task: 'slow', queue: 'stop3' })));
     // the first job runs until the stop has begun: the five behind it are still held ahead

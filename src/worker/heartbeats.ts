@@ -16,7 +16,8 @@ export interface HeartbeatParts {
   registration: Registration;
   /** The listening connection, which holds the registration. */
   listener: { readonly connected: boolean; readonly client: pg.Client | null };
-  running(): boolean;
+  /** The worker runs, or waits for its running jobs to end: their leases are kept. */
+  holding(): boolean;
   /**
    * A heartbeat confirmed the leases: start what may start now. `dropped`: jobs held
    * ahead were dropped (lost or cancelled), which leaves room no handler's end announces.
@@ -41,6 +42,7 @@ export class Heartbeats {
   #again = false;
   /** When the last heartbeat that confirmed the held jobs' leases was sent (performance.now()). */
   #checkedAt = 0;
+  #stopped = false;
 
   constructor(pool: pg.Pool, parts: HeartbeatParts) {
     this.#pool = pool;
@@ -51,7 +53,9 @@ export class Heartbeats {
     this.#timer = setInterval(() => void this.beat(), this.#p.options.heartbeatMs);
   }
 
+  /** No beat after this, whatever the listening connection does next (it is closed last). */
   stop(): void {
+    this.#stopped = true;
     if (this.#timer) clearInterval(this.#timer);
     this.listenerBack();
   }
@@ -66,7 +70,7 @@ export class Heartbeats {
    * for dead a second after its last beat, as a crashed one.
    */
   listenerLost(): void {
-    if (this.#outageTimer || !this.#p.running()) return;
+    if (this.#outageTimer || this.#stopped || !this.#p.holding()) return;
     const everyMs = Math.min(250, Math.ceil(this.#p.options.heartbeatMs / 4));
     this.#outageTimer = setInterval(() => void this.beat(), everyMs);
     void this.beat();
@@ -95,12 +99,12 @@ export class Heartbeats {
   }
 
   /**
-   * A heartbeat now, unless the worker is not running; a failure is logged. One asked for
+   * A heartbeat now, unless the worker holds no more jobs; a failure is logged. One asked for
    * while another is under way follows it (that one may have been sent under the id the
    * worker had before it registered again).
    */
   async beat(): Promise<void> {
-    if (!this.#p.running()) return;
+    if (this.#stopped || !this.#p.holding()) return;
     if (this.#beating) {
       this.#again = true;
       return;
@@ -110,7 +114,7 @@ export class Heartbeats {
       do {
         this.#again = false;
         await this.#beat();
-      } while (this.#again && this.#p.running());
+      } while (this.#again && !this.#stopped && this.#p.holding());
     } catch (error) {
       this.#p.log.debug({ err: error }, 'heartbeat failed');
     } finally {

@@ -55,7 +55,10 @@ export interface WorkerOptions {
    * ticks (up to max(1 s, twice this) ahead); default 500 ms.
    */
   maintenanceMs?: number;
-  /** On stop(), how long running jobs may take to finish before they are released; default 10 s. */
+  /**
+   * On stop(), how long running jobs may take to finish (their leases renewed meanwhile)
+   * before they are released; default 10 s.
+   */
   shutdownTimeoutMs?: number;
   /** Shown in the workers table and the dashboard; default host:pid. */
   name?: string;

@@ -216,7 +216,8 @@ export class Worker {
       held,
       registration,
       listener,
-      running,
+      // while stopping too: the running jobs' leases must outlast their grace period
+      holding: () => this.#state === 'running' || this.#state === 'stopping',
       beaten: (dropped) => {
         this.#pump();
         // jobs held ahead and dropped (after a break: claims lost in a crash, jobs handed back)
@@ -237,8 +238,9 @@ export class Worker {
 
   /**
    * Stops claiming, gives back the jobs claimed ahead but not started, lets running jobs
-   * finish for up to `shutdownTimeoutMs`, then aborts the rest (`ctx.signal`) and returns
-   * them to the queue (the attempt counts). Safe to call twice.
+   * finish for up to `shutdownTimeoutMs` (their leases renewed meanwhile), then aborts the
+   * rest (`ctx.signal`) and returns them to the queue (the attempt counts). Safe to call
+   * twice.
    */
   stop(): Promise<void> {
     if (this.#state === 'new') {
@@ -261,15 +263,17 @@ export class Worker {
   async #shutdown(): Promise<void> {
     this.#state = 'stopping';
     const run = this.#run;
-    run?.heartbeats.stop();
-    if (this.#expiry) clearInterval(this.#expiry);
     const upkeepStopped = this.#upkeep?.stop();
     this.#wakeups.wakeAll();
     await Promise.all(this.#loops);
     await upkeepStopped;
     // never started: given back without counting the attempt
     for (const job of this.#held.releaseAhead()) this.#live.outcomes.requeue({ ...leaseEntry(job), refund: true });
+    // the heartbeats renew the running jobs' leases through the grace period, and a lease
+    // that cannot be renewed still stops its handler in time
     await this.#held.stopRunning(this.#opts.shutdownTimeoutMs, new WorkerStoppingError());
+    run?.heartbeats.stop();
+    if (this.#expiry) clearInterval(this.#expiry);
     this.#timeLimits.stop();
     if (run) {
       await run.outcomes.drain();
