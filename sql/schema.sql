@@ -578,6 +578,7 @@ BEGIN
       LEFT JOIN LATERAL (
         SELECT lm.priority, lm.id, lm.snap FROM "tusk".lane_mark(l.queue, l.tenant) lm
         WHERE l.concurrency_key IS NULL
+        OFFSET 0  -- kept a subquery: pulled up, its condition ran after lane_mark, not before
       ) m ON true
       WHERE e.free > 0
     ),
@@ -1398,37 +1399,8 @@ CREATE FUNCTION tusk.ensure_history_partitions(p_days_ahead integer DEFAULT 3) R
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-DECLARE
-  d date;
-  v_stray boolean;
-  created integer := 0;
 BEGIN
-  -- before reading the default partition: that read's lock would time the other's DDL out
-  IF NOT pg_try_advisory_xact_lock(hashtext('tusk' || ':partitions'), 0) THEN
-    RETURN 0;
-  END IF;
-  FOR d, v_stray IN
-    SELECT x.day, bool_or(x.stray) FROM (
-      SELECT generate_series((now() AT TIME ZONE 'UTC')::date - 1,
-                             (now() AT TIME ZONE 'UTC')::date + p_days_ahead, '1 day')::date, false
-      UNION ALL
-      SELECT DISTINCT (h.finished_at AT TIME ZONE 'UTC')::date, true FROM "tusk".job_history_default h
-    ) x(day, stray)
-    GROUP BY x.day
-    ORDER BY x.day
-  LOOP
-    -- its rows would be moved under the lock the partition made holds
-    CONTINUE WHEN v_stray AND created > 0;
-    BEGIN
-      IF "tusk".create_history_partition(d) THEN
-        created := created + 1;
-      END IF;
-    EXCEPTION WHEN lock_not_available THEN
-      NULL;  -- the next upkeep tries again (the partitions are made days ahead)
-    END;
-    EXIT WHEN v_stray AND created > 0;
-  END LOOP;
-  RETURN created;
+  RETURN ("tusk".make_history_partitions(p_days_ahead)).created;
 END $$;
 
 --
@@ -1886,7 +1858,7 @@ DECLARE
   v_keys text[];
 BEGIN
   WITH first_jobs AS MATERIALIZED (
-    SELECT j.concurrency_key AS ckey, j.priority, j.id FROM "tusk".jobs j
+    SELECT j.concurrency_key AS ckey, j.priority, j.id, j.expires_at FROM "tusk".jobs j
     WHERE j.state = 'available' AND j.queue = p_queue AND j.tenant = p_tenant
     ORDER BY j.priority, j.id
     LIMIT v_walk
@@ -1894,7 +1866,7 @@ BEGIN
   SELECT (SELECT count(*) FROM first_jobs),
          ARRAY(SELECT k.ckey FROM (
                  SELECT DISTINCT ON (f.ckey) f.ckey, f.priority, f.id FROM first_jobs f
-                 WHERE f.ckey <> ALL (v_full)
+                 WHERE f.ckey <> ALL (v_full) AND (f.expires_at IS NULL OR f.expires_at > now())
                  ORDER BY f.ckey, f.priority, f.id) k
                ORDER BY k.priority, k.id
                LIMIT p_need)
@@ -2051,17 +2023,61 @@ CREATE FUNCTION tusk.maintain_history(p_batch integer DEFAULT 10000) RETURNS jso
     AS $$
 DECLARE
   v_pruned jsonb;
-  v_created integer;
+  r record;
 BEGIN
   IF NOT pg_try_advisory_xact_lock(hashtext('tusk' || ':history'), 0) THEN
     RETURN NULL;
   END IF;
   v_pruned := "tusk".prune_history(p_batch);
-  v_created := "tusk".ensure_history_partitions();
-  RETURN v_pruned || jsonb_build_object(
-    'created', v_created,
-    'more', (v_pruned ->> 'more')::boolean
-            OR (v_created > 0 AND EXISTS (SELECT 1 FROM "tusk".job_history_default)));
+  SELECT * INTO r FROM "tusk".make_history_partitions(3);
+  RETURN v_pruned || jsonb_build_object('created', r.created,
+                                        'more', (v_pruned ->> 'more')::boolean OR r.more);
+END $$;
+
+--
+-- Name: make_history_partitions(integer); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.make_history_partitions(p_days_ahead integer, OUT created integer, OUT more boolean) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_days date[];
+  v_strays boolean[];
+  v_stray_count integer;
+BEGIN
+  created := 0;
+  more := false;
+  -- before reading the default partition: that read's lock would time the other's DDL out
+  IF NOT pg_try_advisory_xact_lock(hashtext('tusk' || ':partitions'), 0) THEN
+    RETURN;
+  END IF;
+  SELECT array_agg(y.day ORDER BY y.stray DESC, y.day), array_agg(y.stray ORDER BY y.stray DESC, y.day),
+         count(*) FILTER (WHERE y.stray)
+  INTO v_days, v_strays, v_stray_count
+  FROM (
+    SELECT x.day, bool_or(x.stray) AS stray FROM (
+      SELECT generate_series((now() AT TIME ZONE 'UTC')::date - 1,
+                             (now() AT TIME ZONE 'UTC')::date + p_days_ahead, '1 day')::date, false
+      UNION ALL
+      SELECT DISTINCT (h.finished_at AT TIME ZONE 'UTC')::date, true FROM "tusk".job_history_default h
+    ) x(day, stray)
+    GROUP BY x.day
+  ) y;
+  FOR i IN 1 .. cardinality(v_days) LOOP
+    BEGIN
+      IF "tusk".create_history_partition(v_days[i]) THEN
+        created := created + 1;
+        IF v_strays[i] THEN
+          more := v_stray_count > 1;
+          RETURN;
+        END IF;
+      END IF;
+    EXCEPTION WHEN lock_not_available THEN
+      NULL;  -- the next upkeep tries again (the partitions are made days ahead)
+    END;
+  END LOOP;
 END $$;
 
 --

@@ -259,6 +259,47 @@ describe('slots', () => {
     }
   });
 
+  it('expired jobs at the front of a per-key tenant (not yet ended by the upkeep) leave it its live keys', async () => {
+    await db.tusk.tenants.set('keyed-expired', { perKey: 1 });
+    await perKeyJobs('keyed-expired', 'kexp', ['dead', 'x1', 'x2', 'x3', 'x4', 'x5']);
+    await perKeyJobs('keyed-expired', 'kexp', ['live', 'l1', 'l2', 'l3', 'l4', 'l5']);
+    // their time ran out while they waited; no upkeep has ended them yet
+    await db.pool.query(
+      `UPDATE "${db.schema}".jobs SET expires_at = now() - interval '1 second'
+       WHERE tenant = 'keyed-expired' AND concurrency_key IN ('dead', 'x1', 'x2', 'x3', 'x4', 'x5')`,
+    );
+    // before, the expired jobs' keys took the claim's places, and it came back empty
+    expect(await fetchKeys(1, 'kexp', 'keyed-expired')).toEqual(['live']);
+    expect(await fetchKeys(5, 'kexp', 'keyed-expired')).toEqual(['l1', 'l2', 'l3', 'l4', 'l5']);
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE tenant = 'keyed-expired'`);
+  });
+
+  it("a claim reads no lane mark for each of a per-key tenant's key lanes (they have none)", async () => {
+    await db.tusk.tenants.set('keyed-marks', { perKey: 1 });
+    await perKeyJobs(
+      'keyed-marks',
+      'kmarks',
+      Array.from({ length: 50 }, (_, i) => `m${String(i).padStart(2, '0')}`),
+    );
+    const c = await db.pool.connect();
+    try {
+      await c.query(`SET track_functions = 'all'`);
+      await c.query('BEGIN');
+      const { rows } = await c.query(`SELECT id FROM "${db.schema}".fetch_jobs(20, 60000, 'kmarks', 'keyed-marks')`);
+      expect(rows).toHaveLength(20);
+      const calls = await c.query<{ n: string | null }>(
+        `SELECT pg_stat_get_xact_function_calls('"${db.schema}".lane_mark(text, text)'::regprocedure) AS n`,
+      );
+      // one call outside the lanes; before, one more per key lane: 21
+      expect(Number(calls.rows[0]?.n ?? 0)).toBeLessThanOrEqual(1);
+    } finally {
+      await c.query('ROLLBACK');
+      await c.query('RESET track_functions');
+      c.release();
+    }
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE tenant = 'keyed-marks'`);
+  });
+
   it('past a backlog of keys at their limit at the front, the window of key lanes goes to the keys after them', async () => {
     await db.tusk.tenants.set('windowed', { perKey: 1 });
     await db.pool.query(`UPDATE "${db.schema}".config SET key_lanes = 1`);

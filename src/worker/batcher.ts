@@ -57,9 +57,10 @@ export class Batcher<T> {
         this.#writing = 0;
         try {
           this.#written();
-        } finally {
-          this.#next();
+        } catch {
+          // a wake-up is all it is: neither it nor the write may stop the batcher
         }
+        this.#next();
       });
   }
 }
