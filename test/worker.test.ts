@@ -628,6 +628,29 @@ describe('graceful stop', () => {
     expect(await db.tusk.getJob(id)).toMatchObject({ state: 'succeeded', attempts: 1, result: 'done' });
   });
 
+  it('stops within its grace while a payload validation never settles, and gives the job back', async () => {
+    const hung = { '~standard': { version: 1 as const, vendor: 'test', validate: () => new Promise<never>(() => {}) } };
+    const worker = db.worker({
+      queues: ['stop-validate'],
+      leaseMs: 2000,
+      shutdownTimeoutMs: 300,
+      tasks: { checked: { handler: () => 'never', schema: hung } },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('checked', {}, { queue: 'stop-validate' });
+    await eventually(async () => (await stateOf(id)) === 'running');
+    // before, the abort did not reach the validation: stop() never returned, and its beats
+    // kept the job this worker's for good
+    const outcome = await Promise.race([
+      worker.stop().then(() => 'stopped'),
+      sleep(10_000).then(() => 'still stopping'),
+    ]);
+    expect(outcome).toBe('stopped');
+    const job = await db.tusk.getJob(id);
+    expect(job).toMatchObject({ state: 'available', attempts: 1 });
+    expect(job?.error?.name).toBe('WorkerStoppingError');
+  });
+
   it('gives back jobs claimed ahead but not started, without counting an attempt', async () => {
     const { ids } = await db.tusk.enqueueMany(Array.from({ length: 6 }, () => ({ task: 'slow', queue: 'stop3' })));
     // the first job runs until the stop has begun: the five behind it are still held ahead

@@ -74,6 +74,28 @@ export class ActiveJob {
     this.#reject?.(reason);
   }
 
+  /**
+   * `work` (a step of the attempt before its handler, such as the payload's validation),
+   * or the abort reason as soon as the attempt is aborted, whichever comes first: a step
+   * that never settles does not keep a stopping worker, or a lost lease, waiting.
+   */
+  step<T>(work: Promise<T>): Promise<T> {
+    return new Promise((resolve, reject) => {
+      if (this.#aborted) return reject(this.#reason);
+      this.#reject = reject;
+      work.then(
+        (value) => {
+          this.#reject = null;
+          resolve(value);
+        },
+        (error) => {
+          this.#reject = null;
+          reject(error);
+        },
+      );
+    });
+  }
+
   /** performance.now() past which the attempt has overrun its time limit (Infinity: none). */
   deadline = Number.POSITIVE_INFINITY;
 

@@ -53,7 +53,7 @@ export async function runAttempt(
     let payload = job.row.payload;
     if (task.schema) {
       try {
-        payload = await validatePayload(task.schema, payload, 'payload', job.row.task);
+        payload = await job.step(validatePayload(task.schema, payload, 'payload', job.row.task));
       } catch (error) {
         if (error instanceof TuskValidationError) return { ok: false, error, final: true };
         throw error;
