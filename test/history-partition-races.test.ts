@@ -41,6 +41,14 @@ async function doneOrWaiting(pid: number, query: Promise<unknown>): Promise<'don
   return eventually(async () => (settled ? 'done' : (await waitingForLock(pid)) ? 'waiting' : null), 10_000, 5);
 }
 
+/** The locks `pid` holds on job_history that a completion's insert would wait for. */
+const locksCompletionsWaitFor = (pid: number) =>
+  db.rows(
+    `SELECT mode FROM pg_locks WHERE pid = $1 AND relation = $2::regclass
+       AND mode NOT IN ('AccessShareLock', 'RowShareLock', 'RowExclusiveLock')`,
+    [pid, `"${db.schema}".job_history`],
+  );
+
 /** A UTC day `daysAgo` days back: its partition's name and a time within it. */
 function pastDay(daysAgo: number): { part: string; at: (hour: number) => string } {
   const day = new Date(Date.now() - daysAgo * DAY).toISOString().slice(0, 10);
@@ -183,12 +191,7 @@ describe('history partitions made under concurrency', () => {
       pass.catch(() => {});
       await waitsForLock(pidOf(upkeep));
       // before, the day was made first, and completions waited on this step too
-      // (the modes a completion's insert does not wait for are left out)
-      const held = await db.rows(
-        `SELECT mode FROM pg_locks WHERE pid = $1 AND relation = $2::regclass
-           AND mode NOT IN ('AccessShareLock', 'RowShareLock', 'RowExclusiveLock')`,
-        [pidOf(upkeep), `"${db.schema}".job_history`],
-      );
+      const held = await locksCompletionsWaitFor(pidOf(upkeep));
       await holder.query('COMMIT');
       expect(held).toEqual([]);
       expect((await pass).rows[0]?.r).toMatchObject({ errors: [], partitions: 1 });
@@ -210,11 +213,7 @@ describe('history partitions made under concurrency', () => {
       pass.catch(() => {});
       await waitsForLock(pidOf(upkeep));
       // before, day 91 was made first (its lock held), then day 90's move waited here
-      const held = await db.rows(
-        `SELECT mode FROM pg_locks WHERE pid = $1 AND relation = $2::regclass
-           AND mode NOT IN ('AccessShareLock', 'RowShareLock', 'RowExclusiveLock')`,
-        [pidOf(upkeep), `"${db.schema}".job_history`],
-      );
+      const held = await locksCompletionsWaitFor(pidOf(upkeep));
       await holder.query('COMMIT');
       await pass;
       expect(held).toEqual([]);

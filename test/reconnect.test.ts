@@ -26,6 +26,34 @@ const state = async (id: string) => (await db.tusk.getJob(id))?.state;
 const logged = (msg: string, from: number) =>
   eventually(() => said.lines.slice(from).some((l) => l.msg === msg), 20_000, 10, `the log line "${msg}"`);
 
+/** Waits until a query of the cut-off process like `like` waits for a lock. */
+const waitsForLock = (like: string) =>
+  eventually(
+    async () =>
+      (
+        await db.rows(
+          `SELECT 1 FROM pg_stat_activity WHERE query LIKE $1 AND wait_event_type = 'Lock' AND client_port = ANY($2)`,
+          [like, gate.ports()],
+        )
+      ).length > 0,
+  );
+
+/**
+ * Holds back what the server sends, refuses new connections, and ends the worker's
+ * listening connection (its end held back too); returns that connection.
+ */
+async function endListenerHeld(): Promise<{ pid: number; port: number } | undefined> {
+  gate.hold();
+  gate.refuse();
+  const [listener] = await db.rows<{ pid: number; port: number }>(
+    `SELECT pid, client_port AS port FROM pg_stat_activity
+     WHERE query LIKE '%register_worker%' AND client_port = ANY($1)`,
+    [gate.ports()],
+  );
+  await db.pool.query('SELECT pg_terminate_backend($1)', [listener?.pid]);
+  return listener;
+}
+
 /** Cuts the gate until the worker has tried, and failed, to come back `attempts` times. */
 async function outage(attempts: number): Promise<void> {
   const before = gate.refused;
@@ -83,25 +111,9 @@ describe('a worker cut off from the database', () => {
       await blocker.query('BEGIN');
       await blocker.query(`LOCK TABLE "${db.schema}".tenants IN EXCLUSIVE MODE`);
       const job = await db.tusk.enqueue('late', {}, { queue: 'late' });
-      await eventually(
-        async () =>
-          (
-            await db.rows(
-              `SELECT 1 FROM pg_stat_activity
-               WHERE query LIKE '%claim_jobs%' AND wait_event_type = 'Lock' AND client_port = ANY($1)`,
-              [gate.ports()],
-            )
-          ).length > 0,
-      );
+      await waitsForLock('%claim_jobs%');
       // what the server says is held back; the worker cannot reconnect meanwhile
-      gate.hold();
-      gate.refuse();
-      const [listener] = await db.rows<{ pid: number; port: number }>(
-        `SELECT pid, client_port AS port FROM pg_stat_activity
-         WHERE query LIKE '%register_worker%' AND client_port = ANY($1)`,
-        [gate.ports()],
-      );
-      await db.pool.query('SELECT pg_terminate_backend($1)', [listener?.pid]);
+      const listener = await endListenerHeld();
       // the claim goes through for a worker whose session is gone: the upkeep of another
       // process hands the job back
       await blocker.query('COMMIT');
@@ -147,24 +159,8 @@ describe('a worker cut off from the database', () => {
     try {
       await blocker.query('BEGIN');
       await blocker.query(`LOCK TABLE "${db.schema}".jobs IN SHARE MODE`);
-      await eventually(
-        async () =>
-          (
-            await db.rows(
-              `SELECT 1 FROM pg_stat_activity
-               WHERE query LIKE '%promote_due_jobs%' AND wait_event_type = 'Lock' AND client_port = ANY($1)`,
-              [gate.ports()],
-            )
-          ).length > 0,
-      );
-      gate.hold();
-      gate.refuse();
-      const [listener] = await db.rows<{ pid: number; port: number }>(
-        `SELECT pid, client_port AS port FROM pg_stat_activity
-         WHERE query LIKE '%register_worker%' AND client_port = ANY($1)`,
-        [gate.ports()],
-      );
-      await db.pool.query('SELECT pg_terminate_backend($1)', [listener?.pid]);
+      await waitsForLock('%promote_due_jobs%');
+      const listener = await endListenerHeld();
       await eventually(() => gate.closedWhileHeld(listener?.port as number));
       // the worker learns of the loss first, then reads the promotion's answer
       const before = said.lines.length;

@@ -82,18 +82,23 @@ export class ActiveJob {
   step<T>(work: Promise<T>): Promise<T> {
     return new Promise((resolve, reject) => {
       if (this.#aborted) return reject(this.#reason);
-      this.#reject = reject;
-      work.then(
-        (value) => {
-          this.#reject = null;
-          resolve(value);
-        },
-        (error) => {
-          this.#reject = null;
-          reject(error);
-        },
-      );
+      this.#follow(work, resolve, reject);
     });
+  }
+
+  /** Settles as `work` does, unless an abort rejects first (`#reject`). */
+  #follow<T>(work: PromiseLike<T>, resolve: (value: T) => void, reject: (reason: unknown) => void): void {
+    this.#reject = reject;
+    work.then(
+      (value) => {
+        this.#reject = null;
+        resolve(value);
+      },
+      (error) => {
+        this.#reject = null;
+        reject(error);
+      },
+    );
   }
 
   /** performance.now() past which the attempt has overrun its time limit (Infinity: none). */
@@ -124,16 +129,7 @@ export class ActiveJob {
         return reject(error);
       }
       if (typeof (result as PromiseLike<unknown> | null)?.then === 'function') {
-        (result as PromiseLike<unknown>).then(
-          (value) => {
-            this.#reject = null;
-            resolve(value);
-          },
-          (error) => {
-            this.#reject = null;
-            reject(error);
-          },
-        );
+        this.#follow(result as PromiseLike<unknown>, resolve, reject);
       } else {
         this.#reject = null;
         resolve(result);
