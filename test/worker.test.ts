@@ -478,6 +478,23 @@ describe('worker', () => {
     expect(job.error?.message).toBe('the job ran past its timeout of 150 ms');
   });
 
+  it('times out an attempt whose payload validation never settles, as a handler that never returns', async () => {
+    const hung = { '~standard': { version: 1 as const, vendor: 'test', validate: () => new Promise<never>(() => {}) } };
+    const worker = db.worker({
+      queues: ['hung-validate'],
+      tasks: { checked: { handler: () => 'never', schema: hung, timeoutMs: 200 } },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('checked', {}, { queue: 'hung-validate', maxAttempts: 1 });
+    // before, the time limit started with the handler, after the validation: the job ran for good
+    const job = await eventually(async () => {
+      const j = await db.tusk.getJob(id);
+      return j?.state === 'dead' ? j : null;
+    }, 10_000);
+    expect(job.error?.name).toBe('JobTimeoutError');
+    await worker.stop();
+  });
+
   it('cancels a running job: its signal aborts and it ends cancelled', async () => {
     let aborted: unknown = null;
     const worker = db.worker({

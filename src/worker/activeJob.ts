@@ -104,20 +104,19 @@ export class ActiveJob {
   /** performance.now() past which the attempt has overrun its time limit (Infinity: none). */
   deadline = Number.POSITIVE_INFINITY;
 
+  /** The attempt starts: its time limit (`timeoutMs`, null: none) runs from now. */
+  start(timeoutMs: number | null): void {
+    this.startedAt = performance.now();
+    if (timeoutMs !== null) this.deadline = this.startedAt + timeoutMs;
+  }
+
   /**
    * Runs the handler on `payload` (the row's, or its schema's output); resolves with its
    * result, or rejects with its error or the abort reason (timeout, cancel, ...), whichever
-   * comes first. The worker enforces `deadline`.
+   * comes first. The worker enforces `deadline` (see `start`).
    */
-  run(
-    handler: Handler,
-    timeoutMs: number | null,
-    payload: unknown = this.row.payload,
-    load: JobLoader = async () => [],
-  ): Promise<unknown> {
+  run(handler: Handler, payload: unknown = this.row.payload, load: JobLoader = async () => []): Promise<unknown> {
     const ctx = new Context(this, load);
-    this.startedAt = performance.now();
-    if (timeoutMs !== null) this.deadline = this.startedAt + timeoutMs;
     return new Promise((resolve, reject) => {
       if (this.#aborted) return reject(this.#reason);
       this.#reject = reject;

@@ -50,6 +50,10 @@ export async function runAttempt(
         `no handler for task ${JSON.stringify(job.row.task)} in this worker (it has: ${known})`,
       );
     }
+    // the time limit runs from here: a payload validation that never settles ends with it
+    const timeoutMs = task.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : task.timeoutMs;
+    job.start(timeoutMs);
+    if (timeoutMs !== null) ctx.watch(timeoutMs);
     let payload = job.row.payload;
     if (task.schema) {
       try {
@@ -59,9 +63,7 @@ export async function runAttempt(
         throw error;
       }
     }
-    const timeoutMs = task.timeoutMs === undefined ? DEFAULT_TIMEOUT_MS : task.timeoutMs;
-    if (timeoutMs !== null) ctx.watch(timeoutMs);
-    const value = await job.run(task.handler, timeoutMs, payload, ctx.load);
+    const value = await job.run(task.handler, payload, ctx.load);
     return { ok: true, result: value === undefined ? 'null' : toJson(value, 'result', ctx.maxPayloadBytes) };
   } catch (error) {
     return { ok: false, error };
