@@ -613,12 +613,14 @@ describe('graceful stop', () => {
     const released = new Promise<void>((resolve) => {
       release = resolve;
     });
+    let started = false;
     const worker = db.worker({
       queues: ['stop-lease'],
       leaseMs: 2000,
       shutdownTimeoutMs: 60_000,
       tasks: {
         long: async () => {
+          started = true;
           await released;
           return 'done';
         },
@@ -626,7 +628,8 @@ describe('graceful stop', () => {
     });
     await worker.start();
     const { id } = await db.tusk.enqueue('long', {}, { queue: 'stop-lease' });
-    await eventually(async () => (await stateOf(id)) === 'running');
+    // its handler running, not only claimed (a job held ahead is given back at the stop)
+    await eventually(() => started);
     const leaseOf = async () =>
       (await db.rows<{ until: Date }>('SELECT lease_until AS until FROM $schema.jobs WHERE id = $1', [id]))[0]?.until;
     const stopped = worker.stop();
@@ -646,7 +649,12 @@ describe('graceful stop', () => {
   });
 
   it('stops within its grace while a payload validation never settles, and gives the job back', async () => {
-    const hung = { '~standard': { version: 1 as const, vendor: 'test', validate: () => new Promise<never>(() => {}) } };
+    let validating = false;
+    const validate = () => {
+      validating = true;
+      return new Promise<never>(() => {});
+    };
+    const hung = { '~standard': { version: 1 as const, vendor: 'test', validate } };
     const worker = db.worker({
       queues: ['stop-validate'],
       leaseMs: 2000,
@@ -655,7 +663,8 @@ describe('graceful stop', () => {
     });
     await worker.start();
     const { id } = await db.tusk.enqueue('checked', {}, { queue: 'stop-validate' });
-    await eventually(async () => (await stateOf(id)) === 'running');
+    // its attempt begun, not only claimed (a job held ahead is given back at the stop)
+    await eventually(() => validating);
     // before, the abort did not reach the validation: stop() never returned, and its beats
     // kept the job this worker's for good
     const outcome = await Promise.race([

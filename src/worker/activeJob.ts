@@ -17,7 +17,7 @@ const PROGRESS_MAX_BYTES = 4096;
  */
 export class ActiveJob {
   readonly row: ClaimedRow;
-  /** performance.now() when claimed, and when its handler started. */
+  /** performance.now() when claimed, and when its attempt started (its payload's validation, then its handler). */
   readonly claimedAt: number;
   /**
    * performance.now() when its claim was sent: the claim's rows are as of a moment after
@@ -79,10 +79,11 @@ export class ActiveJob {
    * or the abort reason as soon as the attempt is aborted, whichever comes first: a step
    * that never settles does not keep a stopping worker, or a lost lease, waiting.
    */
-  step<T>(work: Promise<T>): Promise<T> {
+  step<T>(work: () => Promise<T>): Promise<T> {
     return new Promise((resolve, reject) => {
+      // aborted already: the work is not begun (nor left to reject unheard)
       if (this.#aborted) return reject(this.#reason);
-      this.#follow(work, resolve, reject);
+      this.#follow(work(), resolve, reject);
     });
   }
 

@@ -70,12 +70,9 @@ export class HeldJobs {
     if (this.#running.size === 0) for (const resolve of this.#settledWaiters.splice(0)) resolve();
   }
 
-  /**
-   * Lets the running attempts end for up to `graceMs`, then aborts the rest with `reason`
-   * and waits for them; `givingUp` runs once the grace is over (or nothing runs).
-   */
-  async stopRunning(graceMs: number, reason: unknown, givingUp: () => void = () => {}): Promise<void> {
-    if (this.#running.size === 0) return givingUp();
+  /** Lets the running attempts end for up to `graceMs`, then aborts the rest with `reason` and waits for them. */
+  async stopRunning(graceMs: number, reason: unknown): Promise<void> {
+    if (this.#running.size === 0) return;
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       this.#settled(),
@@ -84,7 +81,6 @@ export class HeldJobs {
       }),
     ]);
     clearTimeout(timer);
-    givingUp();
     for (const job of this.#running.values()) job.abort(reason);
     await this.#settled();
   }

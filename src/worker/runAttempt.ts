@@ -55,9 +55,10 @@ export async function runAttempt(
     job.start(timeoutMs);
     if (timeoutMs !== null) ctx.watch(timeoutMs);
     let payload = job.row.payload;
-    if (task.schema) {
+    const { schema } = task;
+    if (schema) {
       try {
-        payload = await job.step(validatePayload(task.schema, payload, 'payload', job.row.task));
+        payload = await job.step(() => validatePayload(schema, payload, 'payload', job.row.task));
       } catch (error) {
         if (error instanceof TuskValidationError) return { ok: false, error, final: true };
         throw error;

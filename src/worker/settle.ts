@@ -26,7 +26,7 @@ export function leaseEntry(job: ActiveJob): OutcomeEntry {
  * Counts an ended attempt and hands its outcome to be written: succeeded; failed and
  * retried (requeued after its backoff), dead, or cancelled; given back when the worker
  * stopped it. The outcome of an attempt whose lease was lost is dropped: the job is
- * another attempt's now. `runMs`: how long its handler ran.
+ * another attempt's now. `runMs`: how long its attempt ran (its payload's validation and its handler).
  */
 export function settleAttempt(
   job: ActiveJob,

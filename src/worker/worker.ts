@@ -270,12 +270,11 @@ export class Worker {
     // never started: given back without counting the attempt
     for (const job of this.#held.releaseAhead()) this.#live.outcomes.requeue({ ...leaseEntry(job), refund: true });
     // the heartbeats renew the running jobs' leases through the grace period (a lease that
-    // cannot be renewed still stops its handler in time), and no longer: the jobs given up
-    // then are no longer this worker's to keep
-    await this.#held.stopRunning(this.#opts.shutdownTimeoutMs, new WorkerStoppingError(), () => {
-      run?.heartbeats.stop();
-      if (this.#expiry) clearInterval(this.#expiry);
-    });
+    // cannot be renewed still stops its handler in time); an aborted attempt ends at once
+    // (its handler, or its payload's validation, is raced against the abort)
+    await this.#held.stopRunning(this.#opts.shutdownTimeoutMs, new WorkerStoppingError());
+    run?.heartbeats.stop();
+    if (this.#expiry) clearInterval(this.#expiry);
     this.#timeLimits.stop();
     if (run) {
       await run.outcomes.drain();
