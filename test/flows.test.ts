@@ -1,22 +1,12 @@
 // Flows: jobs that wait for others (dependsOn, tusk.flow), exact under concurrency.
-import pg from 'pg';
-import { afterAll, describe, expect, it } from 'vitest';
+import type pg from 'pg';
+import { describe, expect, it } from 'vitest';
 import { type FlowSpec, type Job, type JobContext, TuskValidationError } from '../src/index.js';
-import { eventually, useTestDb } from './helpers.js';
+import { eventually, useSessions, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
-const sessions: pg.Client[] = [];
-afterAll(async () => {
-  for (const c of sessions.splice(0)) await c.end().catch(() => {});
-});
-
 /** A connection of its own, for transactions held open across steps. */
-async function session(): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: db.url });
-  await c.connect();
-  sessions.push(c);
-  return c;
-}
+const session = useSessions(() => db.url, true);
 
 const finished = async (id: string, timeoutMs = 30_000): Promise<Job> =>
   (await eventually(async () => {

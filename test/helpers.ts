@@ -26,6 +26,23 @@ export async function eventually<T>(
   }
 }
 
+/**
+ * Connections of their own, for transactions held open across steps (`session()` makes
+ * one); each is ended after the test that made it, or after the file with `perFile`.
+ */
+export function useSessions(url: () => string, perFile = false): () => Promise<pg.Client> {
+  const sessions: pg.Client[] = [];
+  (perFile ? afterAll : afterEach)(async () => {
+    for (const c of sessions.splice(0)) await c.end().catch(() => {});
+  });
+  return async () => {
+    const c = new pg.Client({ connectionString: url() });
+    await c.connect();
+    sessions.push(c);
+    return c;
+  };
+}
+
 export interface Line {
   level: 'debug' | 'info' | 'warn' | 'error';
   msg: string;

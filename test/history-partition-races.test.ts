@@ -1,26 +1,16 @@
 // History day partitions made while completions go on and while another upkeep runs: each
 // interleaving forced with real sessions (a row lock or a transaction held open), 3 times.
-import pg from 'pg';
-import { afterEach, describe, expect, it } from 'vitest';
-import { eventually, useTestDb } from './helpers.js';
+import type pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { eventually, useSessions, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 const DAY = 24 * 3600_000;
 const ROUNDS = 3;
 
-// ended after each test, passed or not: a transaction left open would hold the next test up
-const sessions: pg.Client[] = [];
-afterEach(async () => {
-  for (const c of sessions.splice(0)) await c.end().catch(() => {});
-});
-
-/** A connection of its own, for transactions held open across steps. */
-async function session(): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: db.url });
-  await c.connect();
-  sessions.push(c);
-  return c;
-}
+// a connection of its own, for transactions held open across steps; ended after each test,
+// passed or not: a transaction left open would hold the next test up
+const session = useSessions(() => db.url);
 
 /** The server process of a session (known from its connection: asking would queue behind its query). */
 const pidOf = (c: pg.Client) => (c as unknown as { processID: number }).processID;
