@@ -12,6 +12,16 @@ const finished = (id: string, timeoutMs = 10_000) =>
   }, timeoutMs);
 const stateOf = async (id: string) => (await db.tusk.getJob(id))?.state;
 
+/** A Standard Schema whose validation never settles; `begun()`: a validation was asked for. */
+function hungSchema() {
+  let asked = false;
+  const validate = () => {
+    asked = true;
+    return new Promise<never>(() => {});
+  };
+  return { schema: { '~standard': { version: 1 as const, vendor: 'test', validate } }, begun: () => asked };
+}
+
 /**
  * Runs `body` with `notified(enqueue)`, which enqueues and returns once a probe connection
  * listening on the schema's channel has the notification (the worker's listening
@@ -479,10 +489,10 @@ describe('worker', () => {
   });
 
   it('times out an attempt whose payload validation never settles, as a handler that never returns', async () => {
-    const hung = { '~standard': { version: 1 as const, vendor: 'test', validate: () => new Promise<never>(() => {}) } };
+    const hung = hungSchema();
     const worker = db.worker({
       queues: ['hung-validate'],
-      tasks: { checked: { handler: () => 'never', schema: hung, timeoutMs: 200 } },
+      tasks: { checked: { handler: () => 'never', schema: hung.schema, timeoutMs: 200 } },
     });
     await worker.start();
     const { id } = await db.tusk.enqueue('checked', {}, { queue: 'hung-validate', maxAttempts: 1 });
@@ -649,22 +659,17 @@ describe('graceful stop', () => {
   });
 
   it('stops within its grace while a payload validation never settles, and gives the job back', async () => {
-    let validating = false;
-    const validate = () => {
-      validating = true;
-      return new Promise<never>(() => {});
-    };
-    const hung = { '~standard': { version: 1 as const, vendor: 'test', validate } };
+    const hung = hungSchema();
     const worker = db.worker({
       queues: ['stop-validate'],
       leaseMs: 2000,
       shutdownTimeoutMs: 300,
-      tasks: { checked: { handler: () => 'never', schema: hung } },
+      tasks: { checked: { handler: () => 'never', schema: hung.schema } },
     });
     await worker.start();
     const { id } = await db.tusk.enqueue('checked', {}, { queue: 'stop-validate' });
     // its attempt begun, not only claimed (a job held ahead is given back at the stop)
-    await eventually(() => validating);
+    await eventually(hung.begun);
     // before, the abort did not reach the validation: stop() never returned, and its beats
     // kept the job this worker's for good
     const outcome = await Promise.race([

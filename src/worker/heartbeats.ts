@@ -53,6 +53,11 @@ export class Heartbeats {
     this.#timer = setInterval(() => void this.beat(), this.#p.options.heartbeatMs);
   }
 
+  /** Whether beats go on: not stopped, and the worker still holds its jobs. */
+  #holding(): boolean {
+    return !this.#stopped && this.#p.holding();
+  }
+
   /** No beat after this, whatever the listening connection does next (it is closed last). */
   stop(): void {
     this.#stopped = true;
@@ -70,7 +75,7 @@ export class Heartbeats {
    * for dead a second after its last beat, as a crashed one.
    */
   listenerLost(): void {
-    if (this.#outageTimer || this.#stopped || !this.#p.holding()) return;
+    if (this.#outageTimer || !this.#holding()) return;
     const everyMs = Math.min(250, Math.ceil(this.#p.options.heartbeatMs / 4));
     this.#outageTimer = setInterval(() => void this.beat(), everyMs);
     void this.beat();
@@ -104,7 +109,7 @@ export class Heartbeats {
    * worker had before it registered again).
    */
   async beat(): Promise<void> {
-    if (this.#stopped || !this.#p.holding()) return;
+    if (!this.#holding()) return;
     if (this.#beating) {
       this.#again = true;
       return;
@@ -114,7 +119,7 @@ export class Heartbeats {
       do {
         this.#again = false;
         await this.#beat();
-      } while (this.#again && !this.#stopped && this.#p.holding());
+      } while (this.#again && this.#holding());
     } catch (error) {
       this.#p.log.debug({ err: error }, 'heartbeat failed');
     } finally {
