@@ -17,10 +17,16 @@ afterAll(() => pool.end());
 
 /**
  * The heartbeats of a worker registered as `id` on `on`, its listening connection up or
- * down, holding the jobs put in the returned `held`.
+ * down, holding the jobs put in the returned `held`. `registered` counts the times a beat
+ * registered the worker again (on a listening connection that is up).
  */
 function heartbeatsOf(on: pg.Pool, id: number, connected: boolean, leaseMs: number) {
-  const registration = { id, disconnectedAt: Number.NEGATIVE_INFINITY } as unknown as Registration;
+  const registered: number[] = [];
+  const registration = {
+    id,
+    disconnectedAt: Number.NEGATIVE_INFINITY,
+    register: async () => void registered.push(id),
+  } as unknown as Registration;
   const held = new HeldJobs({ claimed: 0, succeeded: 0, retried: 0, dead: 0, cancelled: 0, lost: 0 }, () => {});
   const heartbeats = new Heartbeats(on, {
     schema: db.schema,
@@ -28,11 +34,36 @@ function heartbeatsOf(on: pg.Pool, id: number, connected: boolean, leaseMs: numb
     options: { heartbeatMs: 1000, leaseMs, leaseMarginMs: 5000 },
     held,
     registration,
-    listener: { connected, client: null },
+    listener: { connected, client: connected ? ({} as pg.Client) : null },
     holding: () => true,
     beaten: () => {},
   });
-  return { heartbeats, held, registration: registration as unknown as { id: number } };
+  return { heartbeats, held, registered, registration: registration as unknown as { id: number } };
+}
+
+/**
+ * `pool`, but the answer to its first heartbeat query waits for `release()`; `sent` holds
+ * the worker ids of the heartbeats sent.
+ */
+function holdingFirstBeat() {
+  const sent: number[] = [];
+  let release!: () => void;
+  const releaseFirst = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+  const watched = Object.create(pool) as pg.Pool;
+  watched.query = (async (...args: unknown[]) => {
+    const first = args[0] as string | { text?: string; values?: unknown[] };
+    const text = typeof first === 'string' ? first : first?.text;
+    if (text?.includes('heartbeat(')) {
+      const values = (typeof first === 'string' ? args[1] : first.values) as unknown[];
+      sent.push(Number(values[0]));
+      if (sent.length === 1) await releaseFirst;
+    }
+    return query(...args);
+  }) as typeof pool.query;
+  return { watched, sent, release };
 }
 
 describe('heartbeats', () => {
@@ -40,23 +71,7 @@ describe('heartbeats', () => {
     // After a reconnect that registered the worker under a new id, the beat asked for
     // then must go out even if one sent under the old id is still under way: it is the
     // one that moves the running jobs onto the new id.
-    const sent: number[] = [];
-    let release!: () => void;
-    const releaseFirst = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
-    const watched = Object.create(pool) as pg.Pool;
-    watched.query = (async (...args: unknown[]) => {
-      const first = args[0] as string | { text?: string; values?: unknown[] };
-      const text = typeof first === 'string' ? first : first?.text;
-      if (text?.includes('heartbeat(')) {
-        const values = (typeof first === 'string' ? args[1] : first.values) as unknown[];
-        sent.push(Number(values[0]));
-        if (sent.length === 1) await releaseFirst;
-      }
-      return query(...args);
-    }) as typeof pool.query;
+    const { watched, sent, release } = holdingFirstBeat();
     const { heartbeats, registration } = heartbeatsOf(watched, 7, true, 30_000);
     const firstBeat = heartbeats.beat();
     await eventually(() => sent.length === 1);
@@ -66,6 +81,25 @@ describe('heartbeats', () => {
     await Promise.all([firstBeat, secondBeat]);
     await eventually(() => sent.length === 2);
     expect(sent).toEqual([7, 8]);
+  });
+
+  it('a beat answered after stop() registers nothing, and stop() ends after it', async () => {
+    // A beat that finds the worker's row gone registers it again on its listening
+    // connection (no workers row 4343 here). One under way at the stop did so after the
+    // stop had returned, while the worker removed its row and closed that connection: a
+    // row was left for a worker that no longer ran.
+    const { watched, sent, release } = holdingFirstBeat();
+    const { heartbeats, registered } = heartbeatsOf(watched, 4343, true, 30_000);
+    const ended: string[] = [];
+    const beat = heartbeats.beat().then(() => void ended.push('beat'));
+    await eventually(() => sent.length === 1);
+    const stopped = Promise.resolve(heartbeats.stop()).then(() => void ended.push('stop'));
+    await new Promise((resolve) => setImmediate(resolve));
+    release();
+    await Promise.all([beat, stopped]);
+    expect(registered).toEqual([]);
+    expect(ended).toEqual(['beat', 'stop']);
+    expect(sent).toEqual([4343]);
   });
 
   it('a beat that finds the worker reaped while its listening connection is down renews no lease', async () => {

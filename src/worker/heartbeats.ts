@@ -37,7 +37,8 @@ export class Heartbeats {
   #timer: NodeJS.Timeout | null = null;
   /** The beats while the listening connection is down (see listenerLost). */
   #outageTimer: NodeJS.Timeout | null = null;
-  #beating = false;
+  /** The beats under way, until they end (one at a time). */
+  #beating: Promise<void> | null = null;
   /** A beat was asked for while one was under way. */
   #again = false;
   /** When the last heartbeat that confirmed the held jobs' leases was sent (performance.now()). */
@@ -58,11 +59,16 @@ export class Heartbeats {
     return !this.#stopped && this.#p.holding();
   }
 
-  /** No beat after this, whatever the listening connection does next (it is closed last). */
-  stop(): void {
+  /**
+   * No beat after this, whatever the listening connection does next (it is closed last);
+   * returns once a beat under way has ended, so that the worker's row is removed after it
+   * (a beat that found the row gone would otherwise register the worker again).
+   */
+  async stop(): Promise<void> {
     this.#stopped = true;
     if (this.#timer) clearInterval(this.#timer);
     this.listenerBack();
+    await this.#beating;
   }
 
   /**
@@ -114,7 +120,11 @@ export class Heartbeats {
       this.#again = true;
       return;
     }
-    this.#beating = true;
+    this.#beating = this.#beats();
+    await this.#beating;
+  }
+
+  async #beats(): Promise<void> {
     try {
       do {
         this.#again = false;
@@ -123,7 +133,7 @@ export class Heartbeats {
     } catch (error) {
       this.#p.log.debug({ err: error }, 'heartbeat failed');
     } finally {
-      this.#beating = false;
+      this.#beating = null;
     }
   }
 
@@ -144,9 +154,10 @@ export class Heartbeats {
     if (!result.alive) {
       // our row was reaped: while the listening connection is down nothing can register
       // the worker again, and the jobs it holds will be handed back as a dead worker's,
-      // so this beat confirms no lease; the registration on its return says what is left
-      if (!listener.client) return;
-      // the connection lived on (e.g. after a long stall): register again on it
+      // so this beat confirms no lease; the registration on its return says what is left.
+      // If the connection lived on (e.g. after a long stall), register again on it, unless
+      // the worker stops (it removes its row after this beat)
+      if (!listener.client || this.#stopped) return;
       await registration.register(listener.client);
     }
     const lost = new Set(result.lost);

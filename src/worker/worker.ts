@@ -273,7 +273,7 @@ export class Worker {
     // cannot be renewed still stops its handler in time); an aborted attempt ends at once
     // (its handler, or its payload's validation, is raced against the abort)
     await this.#held.stopRunning(this.#opts.shutdownTimeoutMs, new WorkerStoppingError());
-    run?.heartbeats.stop();
+    await run?.heartbeats.stop();
     if (this.#expiry) clearInterval(this.#expiry);
     this.#timeLimits.stop();
     if (run) {
