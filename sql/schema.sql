@@ -984,7 +984,11 @@ BEGIN
   LOOP
     v_run_at := coalesce(e.run_at, now() + coalesce(e.delay_ms, 0) * interval '1 millisecond');
     IF e.debounce_key IS NOT NULL THEN
-      -- debounced: while the key's job has not started, this enqueue replaces its payload and
+      -- the key's job, if due, is no longer the burst's: made available, it starts as is
+      UPDATE "tusk".jobs j SET state = 'available'
+      WHERE j.tenant = e.tenant_name AND j.debounce_key = e.debounce_key AND j.state = 'scheduled'
+        AND j.waiting_on = 0 AND j.run_at <= clock_timestamp();
+      -- debounced: while the key's job is not due, this enqueue replaces its payload and
       -- options and moves its start to v_run_at — but never past its first enqueue's deadline
       INSERT INTO "tusk".jobs AS j (tenant, queue, task, payload, priority, state, run_at, max_attempts,
                                      concurrency_key, expires_at, retry, debounce_key, debounce_until,
@@ -3002,7 +3006,10 @@ BEGIN
   PERFORM pg_advisory_xact_lock("tusk".tenant_lock_space(), hashtext(p_tenant));
   INSERT INTO "tusk".tenants AS t (tenant, rate_limit, rate_per_ms)
   VALUES (p_tenant, p_limit, CASE WHEN p_limit IS NULL THEN NULL ELSE p_per_ms END)
-  ON CONFLICT (tenant) DO UPDATE SET rate_limit = excluded.rate_limit, rate_per_ms = excluded.rate_per_ms;
+  ON CONFLICT (tenant) DO UPDATE SET rate_limit = excluded.rate_limit, rate_per_ms = excluded.rate_per_ms,
+    -- the stored window is counted in the old unit: a new unit starts a new count
+    rate_window = CASE WHEN t.rate_per_ms IS NOT DISTINCT FROM excluded.rate_per_ms THEN t.rate_window ELSE 0 END,
+    rate_used = CASE WHEN t.rate_per_ms IS NOT DISTINCT FROM excluded.rate_per_ms THEN t.rate_used ELSE 0 END;
   PERFORM pg_notify('tusk' || ':jobs', '');
 END $$;
 

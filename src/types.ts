@@ -115,7 +115,7 @@ export interface EnqueueOptions {
   dedupKey?: string;
   dedupWindowMs?: number;
   /**
-   * Debounce: enqueues with the same `key` (per tenant) while its job has not started make
+   * Debounce: enqueues with the same `key` (per tenant) while its job is not due make
    * one job, with the last enqueue's payload and options, starting `delayMs` after the
    * last enqueue — and at most `maxWaitMs` after the first, so a steady stream still runs.
    * The second and later enqueues of a burst return the job's id with `deduplicated: true`.

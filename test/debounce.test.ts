@@ -76,6 +76,30 @@ describe('debounce', () => {
     expect(racing.filter((r) => !r.deduplicated)).toHaveLength(1);
   });
 
+  it('once the job is due, the next enqueue starts a new burst, though no one has made the job available yet', async () => {
+    const first = await db.tusk.enqueue(
+      'save',
+      { v: 1 },
+      { queue: 'deb-due', debounce: { key: 'doc-9', delayMs: 200 } },
+    );
+    // due on the database's clock; no worker, fetch or upkeep has promoted it
+    await db.clockPast('SELECT run_at FROM $schema.jobs WHERE id = $1', [first.id]);
+    const runAt = (await db.tusk.getJob(first.id))?.runAt;
+    // before, the due job still matched the key: its payload replaced and its start moved later
+    const second = await db.tusk.enqueue(
+      'save',
+      { v: 2 },
+      { queue: 'deb-due', debounce: { key: 'doc-9', delayMs: 200 } },
+    );
+    expect(second.deduplicated).toBe(false);
+    expect(second.id).not.toBe(first.id);
+    const job = await db.tusk.getJob(first.id);
+    expect(job).toMatchObject({ state: 'available', payload: { v: 1 } });
+    expect(job?.runAt).toEqual(runAt);
+    expect(await db.tusk.getJob(second.id)).toMatchObject({ state: 'scheduled', payload: { v: 2 } });
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'deb-due'`);
+  });
+
   it('refuses debounce with runAt, delayMs or a dedup key, and a delay of 0', async () => {
     const refused = (options: object) =>
       expect(db.tusk.enqueue('save', null, options as never)).rejects.toThrow(TuskValidationError);

@@ -17,6 +17,19 @@ async function startsPerWindow(queue: string, tenant: string, perMs: number): Pr
   return new Map(rows.map((r) => [Number(r.w), r.n]));
 }
 
+/**
+ * Returns in a window of `perMs` of the database's clock (the limit's) with at least
+ * `ms` of it left, waiting for the next window if need be.
+ */
+async function roomInWindow(perMs: number, ms: number): Promise<void> {
+  const [window] = await db.rows<{ left: number }>(
+    'SELECT $1::bigint - ((extract(epoch FROM now()) * 1000)::bigint % $1::bigint)::int AS left',
+    [perMs],
+  );
+  const left = window?.left ?? perMs;
+  if (left < ms) await db.clockPast(`SELECT now() + $1::int * interval '1 millisecond'`, [left]);
+}
+
 describe('tenant rate limits', () => {
   it('settings: set, shown, removed; bad input refused', async () => {
     expect((await db.tusk.tenants.set('r-set', { rate: { limit: 100, perMs: 60_000 } })).rate).toEqual({
@@ -110,16 +123,33 @@ describe('tenant rate limits', () => {
     await db.tusk.tenants.set('leased', { rate: { limit: 3, perMs } });
     await db.tusk.enqueueMany(Array.from({ length: 10 }, () => ({ task: 'x', tenant: 'leased', queue: 'lease-rate' })));
     // all in one window of the database's clock (the limit's): not within a second of its end
-    const [window] = await db.rows<{ left: number }>(
-      'SELECT $1::int - ((extract(epoch FROM now()) * 1000)::bigint % $1::int)::int AS left',
-      [perMs],
-    );
-    const left = window?.left ?? perMs;
-    if (left < 1000) await db.clockPast(`SELECT now() + $1::int * interval '1 millisecond'`, [left]);
+    await roomInWindow(perMs, 1000);
     const others = [db.another(), db.another()];
     const got = await Promise.all([db.tusk, ...others].map((t) => t.fetch({ queue: 'lease-rate', count: 10 })));
     const again = await Promise.all([db.tusk, ...others].map((t) => t.fetch({ queue: 'lease-rate', count: 10 })));
     expect(got.flat().length + again.flat().length).toBe(3);
     await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'lease-rate'`);
+  });
+  it("a window made longer starts the count afresh (it stopped the tenant); a new limit alone keeps the window's count", async () => {
+    await db.tusk.tenants.set('rewindowed', { rate: { limit: 2, perMs: 1000 } });
+    await db.tusk.enqueueMany(
+      Array.from({ length: 10 }, () => ({ task: 'x', tenant: 'rewindowed', queue: 'rewindow' })),
+    );
+    const fetched = async () => (await db.tusk.fetch({ queue: 'rewindow', count: 10 })).length;
+    await roomInWindow(1000, 300);
+    expect(await fetched()).toBe(2);
+    // before, the count stayed in seconds: a window number 60 times the current one in
+    // minutes, taken for the current window, used up, for centuries
+    await db.tusk.tenants.set('rewindowed', { rate: { limit: 2, perMs: 60_000 } });
+    await roomInWindow(60_000, 5000);
+    expect(await fetched()).toBe(2);
+    // the limit alone: the two starts of this window still count
+    await db.tusk.tenants.set('rewindowed', { rate: { limit: 3, perMs: 60_000 } });
+    expect(await fetched()).toBe(1);
+    // removed and set again: a new count
+    await db.tusk.tenants.set('rewindowed', { rate: null });
+    await db.tusk.tenants.set('rewindowed', { rate: { limit: 3, perMs: 60_000 } });
+    expect(await fetched()).toBe(3);
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'rewindow'`);
   });
 });
