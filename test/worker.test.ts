@@ -2,9 +2,10 @@ import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import type { Job, JobContext } from '../src/index.js';
-import { eventually, sleep, useTestDb } from './helpers.js';
+import { eventually, sleep, useSessions, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
+const session = useSessions(() => db.url);
 const finished = (id: string, timeoutMs = 10_000) =>
   eventually(async () => {
     const job = await db.tusk.getJob(id);
@@ -527,6 +528,79 @@ describe('worker', () => {
     await worker.stop();
     expect(job.state).toBe('cancelled');
     expect((aborted as Error).name).toBe('JobCancelledError');
+  });
+  it('cancels a job claimed ahead and not started: it ends cancelled without running', async () => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const ran: number[] = [];
+    const worker = db.worker({
+      queues: ['cancel-ahead'],
+      concurrency: 1,
+      prefetch: 1,
+      tasks: {
+        work: async (p: { n: number }) => {
+          ran.push(p.n);
+          if (p.n === 1) await released;
+        },
+      },
+    });
+    const { ids } = await db.tusk.enqueueMany(
+      [1, 2].map((n) => ({ task: 'work', payload: { n }, queue: 'cancel-ahead' })),
+    );
+    await worker.start();
+    await eventually(async () => ran.length === 1 && (await stateOf(ids[1] as string)) === 'running');
+    expect(await db.tusk.cancel(ids[1] as string)).toBe('running');
+    expect(await finished(ids[1] as string)).toMatchObject({ state: 'cancelled' });
+    release();
+    expect(await finished(ids[0] as string)).toMatchObject({ state: 'succeeded' });
+    await worker.stop();
+    expect(ran).toEqual([1]);
+  });
+
+  it("a notification on the cancel channel from anyone (no right on the schema) cancels nothing: the job's row decides", async () => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let started = false;
+    let aborted = false;
+    const worker = db.worker({
+      queues: ['cancel-spoof'],
+      tasks: {
+        long: async (_p, ctx) => {
+          started = true;
+          ctx.signal.addEventListener('abort', () => {
+            aborted = true;
+          });
+          await released;
+          return 'done';
+        },
+      },
+    });
+    await worker.start();
+    const { id } = await db.tusk.enqueue('long', {}, { queue: 'cancel-spoof' });
+    await eventually(() => started);
+    const outsider = await session();
+    const probe = await session();
+    let heard = false;
+    probe.on('notification', () => {
+      heard = true;
+    });
+    await probe.query(`LISTEN "${db.schema}:cancel"`);
+    // a role that may not call cancel_job, nor read the schema; NOTIFY needs no privilege
+    await outsider.query('SET ROLE pg_monitor');
+    await expect(outsider.query(`SELECT "${db.schema}".cancel_job($1)`, [id])).rejects.toThrow(/permission denied/);
+    await outsider.query('SELECT pg_notify($1, $2)', [`${db.schema}:cancel`, id]);
+    // the worker hears it when the probe does; before, it aborted the handler at once
+    await eventually(() => heard);
+    await sleep(200);
+    release();
+    const job = (await finished(id)) as Job;
+    await worker.stop();
+    expect(aborted).toBe(false);
+    expect(job).toMatchObject({ state: 'succeeded', result: 'done' });
   });
 });
 

@@ -95,11 +95,10 @@ export class HeldJobs {
     return this.#ahead.drain();
   }
 
-  /** A cancel announced for job `id` (NOTIFY): its attempt held here stops. */
-  cancel(id: string): void {
-    for (const job of this.#running.values()) if (job.row.id === id) this.cancelAttempt(job);
-    const held = [...this.#ahead].find((job) => job.row.id === id);
-    if (held) this.cancelAttempt(held);
+  /** Whether job `id` is held here, running or ahead. */
+  holds(id: string): boolean {
+    for (const job of this.#running.values()) if (job.row.id === id) return true;
+    return [...this.#ahead].some((job) => job.row.id === id);
   }
 
   /** Stops a running attempt whose cancel was asked for; a job ahead ends cancelled. */

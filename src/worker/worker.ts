@@ -175,8 +175,12 @@ export class Worker {
       clientConfig: db.clientConfig,
       channels: [names.jobs, names.cancel],
       log,
-      onNotification: (channel, payload) =>
-        channel === names.cancel ? this.#held.cancel(payload) : this.#wakeups.notified(),
+      // a cancel notification is a hint, which anyone may send (NOTIFY needs no privilege):
+      // the heartbeat it asks for reads whether the job's row says so
+      onNotification: (channel, payload) => {
+        if (channel !== names.cancel) this.#wakeups.notified();
+        else if (this.#held.holds(payload)) void heartbeats.beat();
+      },
       onConnect: (client) => this.#registration.register(client),
       onReady: () => this.#reconnected(),
       // the worker's lock is gone: it beats over the pool meanwhile, and buffered jobs
