@@ -2842,7 +2842,18 @@ CREATE FUNCTION tusk.retry_jobs(p_ids bigint[]) RETURNS TABLE(id bigint)
 DECLARE
   v_ids bigint[];
   v_links jsonb;
+  k record;
 BEGIN
+  -- the keys of the jobs to revive, locked as enqueue_dedup locks them (same lock, same
+  -- order); the statement below reads the jobs holding them after an enqueue under way
+  FOR k IN
+    SELECT DISTINCT hashtext(h.tenant || E'\x1f' || h.dedup_key) AS h
+    FROM "tusk".job_history h
+    WHERE h.id = ANY (p_ids) AND h.state IN ('dead', 'cancelled', 'expired') AND h.dedup_key IS NOT NULL
+    ORDER BY 1
+  LOOP
+    PERFORM pg_advisory_xact_lock(hashtext('tusk' || ':dedup'), k.h);
+  END LOOP;
   WITH waiting AS (
     UPDATE "tusk".jobs j SET state = 'available', run_at = now(), attempts = 0
     WHERE j.id = ANY (p_ids) AND j.state = 'failed'
@@ -2861,11 +2872,13 @@ BEGIN
     SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
            r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
            r.source_type, r.source_id, r.source_method, r.retry,
-           CASE WHEN NOT EXISTS (SELECT 1 FROM "tusk".jobs o
-                                 WHERE o.tenant = r.tenant AND o.dedup_key = r.dedup_key)
+           -- of the jobs revived with one key, the first takes it back, if no job holds it
+           CASE WHEN r.first AND NOT EXISTS (SELECT 1 FROM "tusk".jobs o
+                                             WHERE o.tenant = r.tenant AND o.dedup_key = r.dedup_key)
                 THEN r.dedup_key END,
            r.depends_on, r.on_dependency_failure
-    FROM revived r
+    FROM (SELECT v.*, row_number() OVER (PARTITION BY v.tenant, v.dedup_key ORDER BY v.id) = 1 AS first
+          FROM revived v) r
     RETURNING jobs.id, jobs.depends_on
   ),
   links AS (

@@ -315,6 +315,50 @@ describe('deduplication', () => {
     expect(k3.deduplicated).toBe(false);
   });
 
+  it('a retry keeps a dedup key for one job: jobs that held it in turn, or a retry racing an enqueue of it, are retried', async () => {
+    const a = await db.tusk.enqueue('report', {}, { tenant: 'dd6', dedupKey: 'k' });
+    await db.tusk.cancel(a.id);
+    const b = await db.tusk.enqueue('report', {}, { tenant: 'dd6', dedupKey: 'k' });
+    expect(b.id).not.toBe(a.id);
+    await db.tusk.cancel(b.id);
+    // before: a duplicate in jobs_dedup, and neither was retried
+    expect(await db.tusk.retryAll({ tenant: 'dd6', state: 'cancelled' })).toBe(2);
+    const keys = await db.rows<{ dedup_key: string | null }>(
+      'SELECT dedup_key FROM $schema.jobs WHERE tenant = $1 ORDER BY id',
+      ['dd6'],
+    );
+    expect(keys.map((k) => k.dedup_key)).toEqual(['k', null]);
+
+    const c = await db.tusk.enqueue('report', {}, { tenant: 'dd7', dedupKey: 'k' });
+    await db.tusk.cancel(c.id);
+    const producer = await db.pool.connect();
+    try {
+      // a producer's transaction holds a new job with the key, not committed yet
+      await producer.query('BEGIN');
+      const d = await db.tusk.enqueue('report', {}, { tenant: 'dd7', dedupKey: 'k', client: producer });
+      const retried = db.tusk.retry(c.id).catch((e: Error) => e.message);
+      await eventually(
+        async () =>
+          (await db.rows(`SELECT 1 FROM pg_stat_activity WHERE query LIKE '%retry_jobs%' AND wait_event_type = 'Lock'`))
+            .length > 0,
+      );
+      await producer.query('COMMIT');
+      // before: the retry's insert met the committed key and failed
+      expect(await retried).toBe(true);
+      const rows = await db.rows<{ id: string; dedup_key: string | null }>(
+        'SELECT id, dedup_key FROM $schema.jobs WHERE tenant = $1 ORDER BY id',
+        ['dd7'],
+      );
+      expect(rows).toEqual([
+        { id: c.id, dedup_key: null },
+        { id: d.id, dedup_key: 'k' },
+      ]);
+    } finally {
+      await producer.query('ROLLBACK').catch(() => {});
+      producer.release();
+    }
+  });
+
   it('enqueueMany takes per-job options, deduplication included', async () => {
     const { ids, deduplicated } = await db.tusk.enqueueMany([
       { task: 'm', tenant: 'dd4', dedupKey: 'k', queue: 'q1' },
