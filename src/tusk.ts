@@ -63,11 +63,13 @@ import {
   enqueueOptionsSchema,
   errorMessageSchema,
   flowNodeSchema,
+  inBigintRange,
   integer,
   jobSpecSchema,
   MAX_DELAY_MS,
   MAX_DEPENDENCIES,
   MAX_FLOW_DEPTH,
+  MAX_NACK_DELAY_MS,
   nameSchema,
   parse,
   stageOptionsSchema,
@@ -133,7 +135,16 @@ const fetchOptionsSchema = z.strictObject({
 });
 const leaseSchema = z
   .strictObject(
-    { id: z.string().regex(/^[1-9]\d{0,18}$/), token: z.string().regex(/^[1-9]\d{0,18}$/) },
+    {
+      id: z
+        .string()
+        .regex(/^[1-9]\d{0,18}$/)
+        .refine(inBigintRange, 'must be a job id up to 9223372036854775807'),
+      token: z
+        .string()
+        .regex(/^[1-9]\d{0,18}$/)
+        .refine(inBigintRange, 'must be a token up to 9223372036854775807'),
+    },
     {
       error: 'must be the leased job returned by fetch, or { id, token }: the token tells this lease from any other',
     },
@@ -145,7 +156,7 @@ const upkeepOptionsSchema = z.strictObject({
   historyEveryMs: integer(1, 24 * 3600_000).optional(),
 });
 const nackOptionsSchema = z.strictObject({
-  delayMs: integer(0, MAX_DELAY_MS).optional(),
+  delayMs: integer(0, MAX_NACK_DELAY_MS).optional(),
   error: errorMessageSchema.optional(),
 });
 const pruneOptionsSchema = z.strictObject({

@@ -181,7 +181,10 @@ describe('payloads', () => {
     await refused('POST', ack, { body: { token: 1 } }, 'body.token', /a string of digits/);
     await refused('POST', ack, { body: { token, results: 5 } }, 'body', /did you mean "result"/);
     const nack = `/api/jobs/${id}/nack`;
-    await refused('POST', nack, { body: { token, delayMs: 1e300 } }, 'body.delayMs', /from 0 to 3155760000000/);
+    await refused('POST', nack, { body: { token, delayMs: 1e300 } }, 'body.delayMs', /from 0 to 2147483647/);
+    // before, a 500: PostgreSQL refused them
+    await refused('POST', nack, { body: { token, delayMs: 30 * 24 * 3600_000 } }, 'body.delayMs', /to 2147483647/);
+    await refused('POST', ack, { body: { token: '9999999999999999999' } }, 'body.token', /up to 9223372036854775807/);
     await refused('POST', nack, { raw: `{"token":"${token}","error":"a\\u0000"}` }, 'body.error', /NUL/);
     await refused('POST', `/api/jobs/${id}/extend`, { body: { token, leaseMs: -1 } }, 'body.leaseMs');
     expect((await send('POST', ack, { body: { token, result: { ok: '✓' } } })).status).toBe(200);

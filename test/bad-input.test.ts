@@ -561,6 +561,17 @@ describe('worker options and task definitions', () => {
     await expectRefused(db, () => tusk.ack(5 as never), 'lease', /the token tells this lease/);
     await expectRefused(db, () => tusk.nack({ id: '1', token: '1' }, { error: 'a\u0000' }), 'options.error', /NUL/);
     await expectRefused(db, () => tusk.nack({ id: '1', token: '1' }, { delayMs: -1 }), 'options.delayMs');
+    // before, a delay past 24.8 days, or a token past a bigint's range, failed in PostgreSQL
+    const month = 30 * 24 * 3600_000;
+    await expectRefused(
+      db,
+      () => tusk.nack({ id: '1', token: '1' }, { delayMs: month }),
+      'options.delayMs',
+      /to 2147483647/,
+    );
+    const tooBig = '9999999999999999999';
+    await expectRefused(db, () => tusk.ack({ id: '1', token: tooBig }), 'lease.token', /up to 9223372036854775807/);
+    await expectRefused(db, () => tusk.nack({ id: tooBig, token: '1' }), 'lease.id', /up to 9223372036854775807/);
     await expectRefused(db, () => tusk.extendLease({ id: '1', token: '1' }, 0), 'ms', /from 1/);
     await expectRefused(db, () => tusk.stats({ window: 5 } as never), 'options', /did you mean "windowMs"/);
     await expectRefused(db, () => tusk.stats({ windowMs: -1 }), 'options.windowMs', /from 0/);

@@ -7,11 +7,12 @@ import {
   describe,
   errorMessageSchema,
   flagSchema,
+  inBigintRange,
   integer,
   jobOptionShape,
-  MAX_DELAY_MS,
   MAX_DEPENDENCIES,
   MAX_FLOW_DEPTH,
+  MAX_NACK_DELAY_MS,
   nameSchema,
   parse,
   TOO_DEEP_FLOW,
@@ -51,11 +52,7 @@ const positiveInt = (max: number) =>
 export const jobIdSchema = z
   .string()
   .regex(/^[1-9]\d{0,18}$/, 'must be a job id: a positive integer')
-  // 19 digits may pass a bigint's largest value: PostgreSQL would refuse it (a 500)
-  .refine(
-    (s) => !/^\d+$/.test(s) || BigInt(s) <= 9223372036854775807n,
-    'must be a job id: a positive integer up to 9223372036854775807',
-  )
+  .refine(inBigintRange, 'must be a job id: a positive integer up to 9223372036854775807')
   .meta({ description: 'job id (a positive integer)' });
 const jobStates = ['scheduled', 'available', 'running', 'failed', 'succeeded', 'dead', 'cancelled', 'expired'] as const;
 export const jobStateSchema = z.enum(jobStates, { error: `must be one of ${jobStates.join(', ')}` });
@@ -177,11 +174,12 @@ export const fetchBody = z.strictObject({
 const token = z
   .string({ error: 'must be the token returned by fetch, a string of digits' })
   .regex(/^[1-9]\d{0,18}$/, { error: 'must be the token returned by fetch, a string of digits' })
+  .refine(inBigintRange, 'must be the token returned by fetch: digits up to 9223372036854775807')
   .meta({ description: 'the lease: the token returned by fetch (a string of digits)', example: '42' });
 export const ackBody = z.strictObject({ token, result: z.unknown().optional() });
 export const nackBody = z.strictObject({
   token,
-  delayMs: integer(0, MAX_DELAY_MS).optional().meta({ description: 'retry after this long (default at once)' }),
+  delayMs: integer(0, MAX_NACK_DELAY_MS).optional().meta({ description: 'retry after this long (default at once)' }),
   error: errorMessageSchema.optional(),
 });
 export const extendBody = z.strictObject({ token, leaseMs: positiveInt(24 * 3600_000) });

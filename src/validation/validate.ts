@@ -7,6 +7,11 @@ export { closest, furthest, keysAt, parse, unknownOptions } from './parse.js';
 
 /** Longest delay accepted: 100 years. */
 export const MAX_DELAY_MS = 100 * 365.25 * 24 * 3600 * 1000;
+/** Longest delay of a nack: nack_job takes it as an integer (24.8 days). */
+export const MAX_NACK_DELAY_MS = 2_147_483_647;
+
+/** Decimal digits within a bigint's range (19 digits may pass it: PostgreSQL would refuse them). */
+export const inBigintRange = (digits: string) => !/^\d+$/.test(digits) || BigInt(digits) <= 9223372036854775807n;
 
 // Messages are computed only on failure, and in as few checks as can be: each check and
 // each error function costs (enqueueMany validates every entry of 10 000-job batches).
