@@ -721,7 +721,7 @@ BEGIN
       UPDATE "tusk".jobs j
       SET state = 'running', attempts = j.attempts + 1, locked_by = p_worker,
           lease_token = nextval('"tusk".lease_tokens'),
-          started_at = v_now, lease_until = now() + p_lease_ms * interval '1 millisecond'
+          started_at = v_now, lease_until = v_now + p_lease_ms * interval '1 millisecond'
       -- IS NOT DISTINCT FROM: the same test (state is never null), but one that no partial
       -- index on `state = 'available'` matches, so the plan is a TID scan and not a whole
       -- scan of such an index, dead entries and all
@@ -1435,7 +1435,7 @@ BEGIN
   IF p_ms IS NULL THEN
     PERFORM "tusk".arg_refuse('ms', 'must be given (the lease''s new length in milliseconds)');
   END IF;
-  UPDATE "tusk".jobs SET lease_until = now() + p_ms * interval '1 millisecond'
+  UPDATE "tusk".jobs SET lease_until = clock_timestamp() + p_ms * interval '1 millisecond'
   WHERE id = p_id AND lease_token = p_token AND state = 'running'
   RETURNING lease_until INTO v_until;
   RETURN v_until;

@@ -250,6 +250,33 @@ describe('Disque-style leases for external workers', () => {
     expect((await db.tusk.getJob(leased?.id as string))?.result).toEqual({ via: 'sql' });
   });
 
+  it('a lease taken or extended in a transaction open a while runs from when it is taken, not from the transaction start', async () => {
+    await db.tusk.enqueue('sql-task', {}, { queue: 'ext-late' });
+    const c = await db.pool.connect();
+    try {
+      await c.query('BEGIN');
+      // the consumer's transaction has done other work for a second
+      await c.query('SELECT pg_sleep(1)');
+      const { rows } = await c.query<{ id: string; lease_token: string; left_ms: number }>(
+        `SELECT id, lease_token, (extract(epoch FROM lease_until - clock_timestamp()) * 1000)::float8 AS left_ms
+         FROM "${db.schema}".fetch_jobs(1, 800, 'ext-late')`,
+      );
+      // before, a lease of 800 ms ended 200 ms before it was handed out
+      expect(rows[0]?.left_ms).toBeGreaterThan(0);
+      await c.query('SELECT pg_sleep(1)');
+      const extended = await c.query<{ left_ms: number }>(
+        `SELECT (extract(epoch FROM "${db.schema}".extend_lease($1, $2, 800) - clock_timestamp()) * 1000)::float8 AS left_ms`,
+        [rows[0]?.id, rows[0]?.lease_token],
+      );
+      expect(extended.rows[0]?.left_ms).toBeGreaterThan(0);
+      await c.query('COMMIT');
+    } finally {
+      await c.query('ROLLBACK').catch(() => {});
+      c.release();
+    }
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'ext-late'`);
+  });
+
   it('ack_job without a token settles nothing: not a job waiting, nor one a lease holds', async () => {
     const waiting = await db.tusk.enqueue('sql-task', {}, { queue: 'ext-no-token' });
     const [acked] = await db.rows<{ ok: boolean }>('SELECT $schema.ack_job($1, NULL) AS ok', [waiting.id]);
