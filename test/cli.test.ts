@@ -135,6 +135,25 @@ describe('tusk CLI', () => {
       worker.kill('SIGTERM');
     }
     expect(await exited(worker)).toBe(0);
+    // a mistake in the crontab: the command stops before the worker starts (before, it
+    // started, claimed, then stopped)
+    const bad = join(dir, 'bad.crontab');
+    await writeFile(bad, '*/10 * * * *  cli-bad  colour=blue\n');
+    const registered = async () =>
+      (
+        await db.rows<{ n: string }>(
+          `SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS n FROM $schema.workers_id_seq`,
+        )
+      )[0]?.n;
+    const before = await registered();
+    const refused = startWorker(env(), '-q', 'cron-cli', '--crontab', bad);
+    let said = '';
+    refused.stderr?.on('data', (d) => {
+      said += String(d);
+    });
+    expect(await exited(refused)).toBe(1);
+    expect(said).toMatch(/bad\.crontab:1: unknown option "colour=blue"/);
+    expect(await registered()).toBe(before);
     const paused = await tusk(env(), 'schedules', 'pause', 'cli-nightly');
     expect(paused.code, paused.stderr).toBe(0);
     expect(paused.stdout.split('\n')[0]).toMatch(/last job +paused$/);

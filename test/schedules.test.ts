@@ -221,7 +221,8 @@ describe('recurring jobs', () => {
   it('a crontab file: parsed, synced, stale entries removed, API schedules left alone', async () => {
     const text = [
       '# cron                 name            options                          payload',
-      '0 3 * * *              nightly         task=report tenant=acme tz=Europe/Paris {"kind": "daily"}',
+      // the payload aligned in its column (before, the spaces before it made an option "")
+      '0 3 * * *              nightly         task=report tenant=acme tz=Europe/Paris   {"kind": "daily"}',
       '*/30 * * * * *         heartbeat       queue=ops priority=-1',
       '0 9 * * MON-FRI        weekdays',
       '0 0 * * * MON          six-fields      backfill=2',

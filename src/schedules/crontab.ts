@@ -35,7 +35,8 @@ export function parseCrontab(text: string, file: string): CrontabEntry[] {
       throw new TuskValidationError(where, message);
     };
     const payloadAt = line.search(/\s[{["]/);
-    const head = (payloadAt < 0 ? line : line.slice(0, payloadAt)).split(/\s+/);
+    // trimmed: a payload aligned in a column has more than one space before it
+    const head = (payloadAt < 0 ? line : line.slice(0, payloadAt).trimEnd()).split(/\s+/);
     const cronFields = head[0]?.startsWith('@') ? 1 : head.length > 6 && CRON_FIELD.test(head[5] ?? '') ? 6 : 5;
     if (head.length <= cronFields) fail('expected <cron expression> <name> [key=value ...] [JSON payload]');
     const name = head[cronFields] as string;

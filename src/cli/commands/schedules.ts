@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import type { ScheduleInfo } from '../../client/schedules.js';
-import { parseCrontab } from '../../schedules/crontab.js';
+import { type CrontabEntry, parseCrontab } from '../../schedules/crontab.js';
 import type { ScheduleOptions } from '../../schedules/options.js';
 import type { Tusk } from '../../tusk.js';
 import { intOption, withTusk } from '../context.js';
@@ -43,10 +43,17 @@ export function scheduleTable(schedules: ScheduleInfo[]): string {
   );
 }
 
-/** Sets the schedules of a crontab file (removing those an earlier file set); prints what changed. */
-export async function syncCrontabFile(tusk: Tusk, file: string): Promise<void> {
-  const entries = parseCrontab(await readFile(file, 'utf8'), file);
-  const { set, removed } = await tusk.schedules.syncCrontab(entries);
+/** The entries of a crontab file, checked (a mistake throws, naming the file and line). */
+export async function readCrontabFile(file: string): Promise<CrontabEntry[]> {
+  return parseCrontab(await readFile(file, 'utf8'), file);
+}
+
+/**
+ * Sets the schedules of a crontab file (removing those an earlier file set); prints what
+ * changed. `entries`: the file's, read before.
+ */
+export async function syncCrontabFile(tusk: Tusk, file: string, entries?: CrontabEntry[]): Promise<void> {
+  const { set, removed } = await tusk.schedules.syncCrontab(entries ?? (await readCrontabFile(file)));
   console.error(
     `tusk: ${file}: ${set.length} schedule${set.length === 1 ? '' : 's'} set` +
       (removed.length > 0 ? `, removed ${removed.join(', ')}` : ''),

@@ -8,7 +8,7 @@ import type { Tusk } from '../../tusk.js';
 import type { Tasks, WorkerOptions } from '../../worker/options.js';
 import { intOption, optionError, tuskFor, urlSource } from '../context.js';
 import { runUntilSignal, StopSignal, startPatiently } from '../lifecycle.js';
-import { syncCrontabFile } from './schedules.js';
+import { readCrontabFile, syncCrontabFile } from './schedules.js';
 
 interface Options {
   require: string;
@@ -145,11 +145,13 @@ export function workerCommand(program: Command): void {
         await module.shutdown?.();
       };
       try {
+        // a mistake in the crontab stops the command before the worker claims anything
+        const crontab = options.crontab === undefined ? undefined : await readCrontabFile(options.crontab);
         if (!(await startPatiently(() => tusk.worker(workerOptions), 'the worker', urlSource(command), signal))) {
           await close(); // a signal while the database was out of reach
           process.exit();
         }
-        if (options.crontab !== undefined) await syncCrontabFile(tusk, options.crontab);
+        if (options.crontab !== undefined) await syncCrontabFile(tusk, options.crontab, crontab);
       } catch (error) {
         await close();
         throw error;
