@@ -201,7 +201,7 @@ const statsOptionsSchema = z.strictObject({ windowMs: integer(0, MAX_DELAY_MS).o
  * @example
  * const tusk = new Tusk({ connectionString: process.env.DATABASE_URL });
  * await tusk.migrate();
- * const { id } = await tusk.enqueue('send_email', { to: 'a@b.c' }, { tenant: 'acme' });
+ * const { id } = await tusk.enqueue('send_email', { to: 'a@example.com' }, { tenant: 'acme' });
  * console.log(await tusk.getJob(id));
  * await tusk.close();
  *

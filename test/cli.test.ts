@@ -305,4 +305,22 @@ describe('tusk CLI', () => {
     expect(await Promise.all(workers.map(exited))).toEqual([0, 0]);
     expect(await db.rows(`SELECT id FROM $schema.workers`)).toEqual([]);
   });
+  it('demo: refuses a schema it did not make (it drops its schema), and runs again in one it made', async () => {
+    const other = `${db.schema}_app`;
+    const demoSchema = `${db.schema}_demo`;
+    await db.pool.query(`CREATE SCHEMA "${other}"; CREATE TABLE "${other}".orders (id int)`);
+    try {
+      // before, the demo dropped it, tables and all
+      const refused = await tusk(env(), '--schema', other, 'demo', '--quick', '--jobs', '20');
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toMatch(/not a schema the demo made/);
+      expect(await db.rows('SELECT 1 FROM pg_tables WHERE schemaname = $1', [other])).toHaveLength(1);
+      for (let run = 0; run < 2; run++) {
+        const ran = await tusk(env(), '--schema', demoSchema, 'demo', '--quick', '--jobs', '20');
+        expect(ran.code, ran.stderr).toBe(0);
+      }
+    } finally {
+      await db.pool.query(`DROP SCHEMA IF EXISTS "${other}" CASCADE; DROP SCHEMA IF EXISTS "${demoSchema}" CASCADE`);
+    }
+  });
 });

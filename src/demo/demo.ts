@@ -2,7 +2,8 @@ import { relative } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { renderTable } from '../cli/table.js';
 import { startEmbedded } from '../db/embedded.js';
-import { dropSchema } from '../migrate/migrate.js';
+import { TuskValidationError } from '../errors.js';
+import { DEMO_SCHEMA, dropDemoSchema, markDemoSchema } from '../migrate/migrate.js';
 import { countByState, firstJobId, summarizeHistory } from '../queries/stats.js';
 import { Tusk } from '../tusk.js';
 import type { JobSpec } from '../types.js';
@@ -12,7 +13,7 @@ import { bar, Progress } from './progress.js';
 export interface DemoOptions {
   /** Connection string; default DATABASE_URL, else the embedded server. */
   connectionString?: string;
-  /** Schema the demo (re)creates; default `tusk_demo`. */
+  /** Schema the demo drops and makes again at each run (one it made, or none); default `tusk_demo`. */
   schema?: string;
   /** Jobs to enqueue; default 3000 (400 with `quick`). */
   jobs?: number;
@@ -57,7 +58,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const out = options.out ?? process.stdout;
   const quick = options.quick ?? false;
   const total = options.jobs ?? (quick ? 400 : 3000);
-  const schema = options.schema ?? 'tusk_demo';
+  const schema = options.schema ?? DEMO_SCHEMA;
   const scale = quick ? 0.25 : 1;
   const url = options.connectionString ?? process.env.DATABASE_URL;
   // no URL: the demo starts the embedded server itself, to say where it is (and what
@@ -75,8 +76,15 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     out.write(
       `Tusk demo: ${total} jobs for ${TENANTS.length} tenants on 2 queues, in schema "${schema}" of ${where}\n`,
     );
-    await dropSchema(pool, schema);
+    if (!(await dropDemoSchema(pool, schema))) {
+      throw new TuskValidationError(
+        'schema',
+        `"${schema}" is not a schema the demo made, and the demo drops its schema at each run: ` +
+          `choose another (default ${DEMO_SCHEMA})`,
+      );
+    }
     await tusk.migrate();
+    await markDemoSchema(pool, schema);
     for (const [tenant, slots] of Object.entries(SLOTS)) await tusk.tenants.set(tenant, { slots });
     out.write(
       `Tenant slots: ${TENANTS.map((t) => `${t} ${SLOTS[t]}`).join(', ')} (at most that many of their jobs run at once)\n`,

@@ -126,3 +126,27 @@ export function render(sql: string, schema: string): string {
 export async function dropSchema(db: Queryable, schema: string): Promise<void> {
   await db.query(`DROP SCHEMA IF EXISTS ${ident(schema)} CASCADE`);
 }
+
+/** The demo's default schema, and the comment on any schema the demo made. */
+export const DEMO_SCHEMA = 'tusk_demo';
+const DEMO_MARK = 'made by `tusk demo`, which drops it and makes it again at each run';
+
+/**
+ * Drops `schema` for the demo to make again, unless it is a schema the demo did not make:
+ * one without the demo's mark (the default `tusk_demo` of versions that did not mark it
+ * excepted). Returns false, and drops nothing, then.
+ */
+export async function dropDemoSchema(db: Queryable, schema: string): Promise<boolean> {
+  const { rows } = await db.query<{ mark: string | null }>(
+    `SELECT obj_description(oid, 'pg_namespace') AS mark FROM pg_namespace WHERE nspname = $1`,
+    [schema],
+  );
+  if (rows.length > 0 && rows[0]?.mark !== DEMO_MARK && schema !== DEMO_SCHEMA) return false;
+  await dropSchema(db, schema);
+  return true;
+}
+
+/** Marks `schema` as the demo's (see dropDemoSchema). */
+export async function markDemoSchema(db: Queryable, schema: string): Promise<void> {
+  await db.query(`COMMENT ON SCHEMA ${ident(schema)} IS ${literal(DEMO_MARK)}`);
+}

@@ -29,7 +29,7 @@ type Settings = Omit<TaskDefinition, 'handler' | 'schema'>;
  *   queue: 'mail',
  * });
  * const tusk = new Tusk({ tasks: [sendEmail] });
- * await tusk.enqueue('send_email', { to: 'a@b.c', subject: 'Hi' }); // checked
+ * await tusk.enqueue('send_email', { to: 'a@example.com', subject: 'Hi' }); // checked
  */
 export function defineTask<const Name extends string, Schema extends StandardSchemaV1, Result = unknown>(
   name: Name,

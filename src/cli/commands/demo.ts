@@ -7,7 +7,8 @@ export function demoCommand(program: Command): void {
   program
     .command('demo')
     .description(
-      'run the demo: a few thousand jobs for several tenants, live progress, a summary (embedded PostgreSQL unless a URL is given)',
+      'run the demo: a few thousand jobs for several tenants, live progress, a summary (embedded PostgreSQL unless a URL is given), ' +
+        'in schema tusk_demo or --schema, dropped and made again at each run (one the demo did not make is refused)',
     )
     .option('--jobs <n>', 'jobs to enqueue (default 3000)', intOption('--jobs', 1))
     .option('--quick', 'a short run (400 shorter jobs), for CI')
