@@ -229,13 +229,16 @@ export class Tusk<L extends TaskList = TaskList> {
   readonly #drainers = new Set<Drainer>();
   readonly #upkeeps = new Set<Upkeep>();
   #waiters: Waiters<Job> | null = null;
-  // a schema migrated before definitions were recorded has none; a role created before then
-  // may not read them (`tusk roles create` again grants it): enqueues go on without them
+  // a schema migrated before definitions were recorded has none (or there is no schema yet,
+  // which the enqueue then says); a role created before then may not read them (`tusk roles
+  // create` again grants it): enqueues go on without them
   readonly #recorded = new RecordedTasks(async () =>
     recordedDefinitions(await this.pool(), this.schema).catch((error) => {
       const code = (error as { code?: string }).code;
-      if (code !== '42P01' && code !== '42501') throw error;
-      this.#log.warn({ err: error }, 'the task definitions workers recorded cannot be read: enqueues do without');
+      if (code !== SQLSTATE.undefinedTable && code !== '42501') throw error;
+      const what = 'the task definitions workers recorded cannot be read: enqueues do without';
+      if (code === SQLSTATE.undefinedTable) this.#log.debug({ err: error }, what);
+      else this.#log.warn({ reason: (error as Error).message }, what);
       return [];
     }),
   );

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { Tusk, TuskSchemaError } from '../src/index.js';
 import { checkSchema } from '../src/migrate/migrate.js';
 import { BASELINE_VERSION, LATEST_VERSION, loadMigrations } from '../src/migrate/migrations.js';
-import { useTestDb } from './helpers.js';
+import { recorder, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 
@@ -129,9 +129,12 @@ describe('migrate', () => {
     }
   });
 
-  it('says to migrate when the schema does not exist', async () => {
-    const tusk = db.another({ schema: `${db.schema}_missing` });
+  it('says to migrate when the schema does not exist, and only that', async () => {
+    const said = recorder();
+    const tusk = db.another({ schema: `${db.schema}_missing`, logger: said.log });
     await expect(tusk.enqueue('x')).rejects.toThrow(/run `tusk migrate`/);
+    // before, a warning (with a stack) about the task definitions' table came first
+    expect(said.lines.filter((l) => l.level !== 'debug')).toEqual([]);
     await expect(tusk.worker({ tasks: {} }).start()).rejects.toThrow(/does not exist: run `tusk migrate`/);
   });
 
