@@ -75,6 +75,12 @@ export interface TestDb {
    * returns as soon as it has passed, where a sleep on this process's clock only guesses.
    */
   clockPast(sql: string, values?: unknown[], timeoutMs?: number): Promise<void>;
+  /**
+   * Returns in a window of `perMs` of the database's clock (a rate limit's: aligned on the
+   * epoch) with at least `ms` of it left, waiting for the next window if need be: what a
+   * test reads in one window stays in it.
+   */
+  roomInWindow(perMs: number, ms: number): Promise<void>;
 }
 
 /**
@@ -133,6 +139,14 @@ export function useTestDb(file: string, options: Partial<TuskOptions> = {}): Tes
       const past = async () =>
         (await pool.query<{ past: boolean }>('SELECT now() > $1::timestamptz AS past', [at])).rows[0]?.past;
       await eventually(past, timeoutMs, 10, `the database's clock passing ${at}`);
+    },
+    async roomInWindow(perMs, ms) {
+      const { rows } = await pool.query<{ left: number }>(
+        'SELECT $1::bigint - ((extract(epoch FROM now()) * 1000)::bigint % $1::bigint)::int AS left',
+        [perMs],
+      );
+      const left = rows[0]?.left ?? perMs;
+      if (left < ms) await this.clockPast(`SELECT now() + $1::int * interval '1 millisecond'`, [left], left + 10_000);
     },
   };
 }

@@ -40,8 +40,8 @@ const locksCompletionsWaitFor = (pid: number) =>
   );
 
 /** A UTC day `daysAgo` days back: its partition's name and a time within it. */
-function pastDay(daysAgo: number): { part: string; at: (hour: number) => string } {
-  const day = new Date(Date.now() - daysAgo * DAY).toISOString().slice(0, 10);
+function pastDay(daysAgo: number, now = Date.now()): { part: string; at: (hour: number) => string } {
+  const day = new Date(now - daysAgo * DAY).toISOString().slice(0, 10);
   return {
     part: `job_history_${day.replaceAll('-', '')}`,
     at: (hour) => `${day}T${String(hour).padStart(2, '0')}:00Z`,
@@ -215,10 +215,12 @@ describe('history partitions made under concurrency', () => {
 
   // last: a retention under a day drops the other tests' partitions
   it("prune() returns with a retention under a day while today's rows wait in the default partition; today's partition is made", async () => {
-    const today = pastDay(0);
+    // one time for the day's name and the row (the test could otherwise straddle a midnight)
+    const now = new Date();
+    const today = pastDay(0, now.getTime());
     const stray = 8_000_001;
     await db.pool.query(`DROP TABLE IF EXISTS "${db.schema}".${today.part}`);
-    await db.pool.query(finishSql(db.schema), [stray, new Date().toISOString()]);
+    await db.pool.query(finishSql(db.schema), [stray, now.toISOString()]);
     await db.pool.query(`SELECT "${db.schema}".set_retention(NULL, '1 hour', false)`);
     try {
       let batches = 0;

@@ -19,12 +19,6 @@ async function tickJobs(schedule: string): Promise<Array<{ id: string; tick: Dat
 
 describe('recurring jobs', () => {
   it('3 workers over 5 ticks: exactly 5 jobs, one per tick, each started at its tick', async () => {
-    // five per-second ticks inside one minute, 2 s from now, or from the next minute's
-    // first second when they would not fit in this one (3 to 7 s from now)
-    let start = new Date(Math.ceil(Date.now() / 1000) * 1000 + 2000);
-    if (start.getUTCSeconds() > 55) start = new Date(Math.ceil(start.getTime() / 60_000) * 60_000);
-    const s = start.getUTCSeconds();
-    const cron = `${s}-${s + 4} ${start.getUTCMinutes()} ${start.getUTCHours()} ${start.getUTCDate()} ${start.getUTCMonth() + 1} *`;
     const runs: Array<{ at: number; worker: number }> = [];
     const instances = [0, 1, 2].map(() => db.another({ maxConnections: 4 }));
     const workers = instances.map((t, i) =>
@@ -38,6 +32,13 @@ describe('recurring jobs', () => {
       ),
     );
     await Promise.all(workers.map((w) => w.start()));
+    // five per-second ticks inside one minute, 2 s from now (once the workers have started,
+    // however long that took), or from the next minute's first second when they would not
+    // fit in this one (3 to 7 s from now)
+    let start = new Date(Math.ceil(Date.now() / 1000) * 1000 + 2000);
+    if (start.getUTCSeconds() > 55) start = new Date(Math.ceil(start.getTime() / 60_000) * 60_000);
+    const s = start.getUTCSeconds();
+    const cron = `${s}-${s + 4} ${start.getUTCMinutes()} ${start.getUTCHours()} ${start.getUTCDate()} ${start.getUTCMonth() + 1} *`;
     const info = await db.tusk.schedule('five-ticks', cron, { task: 'report', queue: 'cron', tz: 'UTC' });
     expect(info.nextRunAt).toEqual(start);
     await eventually(() => runs.length >= 5 && Date.now() > start.getTime() + 5500, 20_000, 50);
@@ -112,16 +113,19 @@ describe('recurring jobs', () => {
       );
     }
     const every = 5 * 60_000;
-    // the expectations below are computed by this clock, the ticks by the database's: away
-    // from the instants where they change (a tick's time, and a minute after it)
+    // the expectations below are computed from the database's clock read just before the
+    // ticks are: away from the instants where they change (a tick's time, and a minute
+    // after it), by more than the moment between the two
     const edge = (t: number) =>
       [0, 60_000].some((at) => {
         const d = (((t - at) % every) + every) % every;
         return Math.min(d, every - d) < 2_000;
       });
-    // ticks follow the real clock, which no test drives; flaky if this one and the database's differ by over 2 s
-    if (edge(Date.now())) await sleep(4_000);
-    const now = Date.now();
+    const dbNow = async () =>
+      (await db.rows<{ ms: number }>('SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms'))[0]
+        ?.ms as number;
+    if (edge(await dbNow())) await sleep(4_000);
+    const now = await dbNow();
     await fireDueSchedules(await db.tusk.pool(), db.schema, 1000);
     // ticks less than a minute late are not missed: enqueued (there is one if a tick
     // passed in the last minute)
