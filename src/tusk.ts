@@ -850,7 +850,8 @@ export class Tusk<L extends TaskList = TaskList> {
   /**
    * Calls `fn` with the ids of each batch of jobs that finishes (any state), on the same
    * listening connection as `waitFor`, until the returned function is called. The HTTP
-   * server's event stream is made of it.
+   * server's event stream is made of it. The ids are as announced, by a notification any
+   * role may send: read the jobs (`getJob`) for what became of them, as the stream does.
    */
   async onFinished(fn: (ids: string[]) => void): Promise<() => void> {
     return this.#finishes().subscribe('finished', fn);
