@@ -529,7 +529,7 @@ describe('worker', () => {
     expect(job.state).toBe('cancelled');
     expect((aborted as Error).name).toBe('JobCancelledError');
   });
-  it('cancels a job claimed ahead and not started: it ends cancelled without running', async () => {
+  it('cancels a job claimed ahead and not started: it never runs, though a slot frees before the heartbeat that reads the cancel answers', async () => {
     let release!: () => void;
     const released = new Promise<void>((resolve) => {
       release = resolve;
@@ -551,10 +551,23 @@ describe('worker', () => {
     );
     await worker.start();
     await eventually(async () => ran.length === 1 && (await stateOf(ids[1] as string)) === 'running');
+    // the heartbeat the cancel asks for waits: the worker's row is locked
+    const locker = await session();
+    await locker.query('BEGIN');
+    await locker.query(`SELECT 1 FROM "${db.schema}".workers WHERE id = $1 FOR UPDATE`, [worker.id]);
     expect(await db.tusk.cancel(ids[1] as string)).toBe('running');
-    expect(await finished(ids[1] as string)).toMatchObject({ state: 'cancelled' });
+    await eventually(
+      async () =>
+        (await db.rows(`SELECT 1 FROM pg_stat_activity WHERE query LIKE '%heartbeat(%' AND wait_event_type = 'Lock'`))
+          .length > 0,
+    );
+    // job 1 ends: its slot is free while that heartbeat waits (before, job 2 started then)
     release();
-    expect(await finished(ids[0] as string)).toMatchObject({ state: 'succeeded' });
+    await eventually(async () => (await stateOf(ids[0] as string)) === 'succeeded');
+    await sleep(200);
+    expect(ran).toEqual([1]);
+    await locker.query('COMMIT');
+    expect(await finished(ids[1] as string)).toMatchObject({ state: 'cancelled' });
     await worker.stop();
     expect(ran).toEqual([1]);
   });
@@ -601,6 +614,34 @@ describe('worker', () => {
     await worker.stop();
     expect(aborted).toBe(false);
     expect(job).toMatchObject({ state: 'succeeded', result: 'done' });
+  });
+  it('a notification of a cancel no one asked for, of a job held ahead, holds it back one heartbeat: it then runs', async () => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const ran: number[] = [];
+    const worker = db.worker({
+      queues: ['cancel-spoof-ahead'],
+      concurrency: 1,
+      prefetch: 1,
+      tasks: {
+        work: async (p: { n: number }) => {
+          ran.push(p.n);
+          if (p.n === 1) await released;
+        },
+      },
+    });
+    const { ids } = await db.tusk.enqueueMany(
+      [1, 2].map((n) => ({ task: 'work', payload: { n }, queue: 'cancel-spoof-ahead' })),
+    );
+    await worker.start();
+    await eventually(async () => ran.length === 1 && (await stateOf(ids[1] as string)) === 'running');
+    await db.pool.query('SELECT pg_notify($1, $2)', [`${db.schema}:cancel`, ids[1]]);
+    release();
+    expect(await finished(ids[1] as string)).toMatchObject({ state: 'succeeded' });
+    await worker.stop();
+    expect(ran).toEqual([1, 2]);
   });
 });
 

@@ -32,6 +32,11 @@ export class ActiveJob {
   /** The lease was lost: whatever the handler returns is dropped. */
   lost = false;
   /**
+   * performance.now() when a cancel of this job was announced (0: never). Held ahead, it
+   * starts only once a heartbeat sent after that has read the job's row and not cancelled it.
+   */
+  cancelHeardAt = 0;
+  /**
    * performance.now() by which the attempt must have stopped: its lease's end as last
    * confirmed by the database, less a margin. Only a claim or a heartbeat moves it.
    */

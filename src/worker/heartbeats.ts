@@ -96,7 +96,8 @@ export class Heartbeats {
   /**
    * Whether `job`, held ahead, may start: the listening connection is up, and the job's
    * lease was confirmed within half a lease and since that connection was last lost (a
-   * claim answered after that loss may hold jobs already reaped as a dead worker's).
+   * claim answered after that loss may hold jobs already reaped as a dead worker's), and
+   * since a cancel of it was announced (the heartbeat reads whether it was).
    * While the connection is down, nothing held ahead starts: the beats over the pool
    * keep the worker alive only as long as they go on, a second at a time.
    */
@@ -105,7 +106,8 @@ export class Heartbeats {
     return (
       this.#p.listener.connected &&
       performance.now() - checkedAt <= this.#p.options.leaseMs / 2 &&
-      checkedAt >= this.#p.registration.disconnectedAt
+      checkedAt >= this.#p.registration.disconnectedAt &&
+      this.#checkedAt >= job.cancelHeardAt
     );
   }
 

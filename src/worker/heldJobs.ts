@@ -95,10 +95,18 @@ export class HeldJobs {
     return this.#ahead.drain();
   }
 
-  /** Whether job `id` is held here, running or ahead. */
-  holds(id: string): boolean {
-    for (const job of this.#running.values()) if (job.row.id === id) return true;
-    return [...this.#ahead].some((job) => job.row.id === id);
+  /**
+   * A cancel of job `id` was announced: marks it, if held here (running or ahead), so that
+   * it does not start before a heartbeat has read its row; returns whether it is held.
+   */
+  cancelHeard(id: string, at: number): boolean {
+    let held = false;
+    for (const job of [...this.#running.values(), ...this.#ahead]) {
+      if (job.row.id !== id) continue;
+      job.cancelHeardAt = at;
+      held = true;
+    }
+    return held;
   }
 
   /** Stops a running attempt whose cancel was asked for; a job ahead ends cancelled. */

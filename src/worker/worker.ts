@@ -179,7 +179,7 @@ export class Worker {
       // the heartbeat it asks for reads whether the job's row says so
       onNotification: (channel, payload) => {
         if (channel !== names.cancel) this.#wakeups.notified();
-        else if (this.#held.holds(payload)) void heartbeats.beat();
+        else if (this.#held.cancelHeard(payload, performance.now())) void heartbeats.beat();
       },
       onConnect: (client) => this.#registration.register(client),
       onReady: () => this.#reconnected(),
