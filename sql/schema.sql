@@ -987,7 +987,7 @@ BEGIN
       -- the key's job, if due, is no longer the burst's: made available, it starts as is
       UPDATE "tusk".jobs j SET state = 'available'
       WHERE j.tenant = e.tenant_name AND j.debounce_key = e.debounce_key AND j.state = 'scheduled'
-        AND j.waiting_on = 0 AND j.run_at <= clock_timestamp();
+        AND j.waiting_on = 0 AND j.run_at <= now();
       -- debounced: while the key's job is not due, this enqueue replaces its payload and
       -- options and moves its start to v_run_at — but never past its first enqueue's deadline
       INSERT INTO "tusk".jobs AS j (tenant, queue, task, payload, priority, state, run_at, max_attempts,

@@ -100,6 +100,32 @@ describe('debounce', () => {
     await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'deb-due'`);
   });
 
+  it("enqueues in a transaction open longer than the delay still make one job: due is reckoned by the transaction's clock", async () => {
+    const producer = await db.pool.connect();
+    try {
+      await producer.query('BEGIN');
+      await producer.query('SELECT pg_sleep(0.5)'); // the transaction's other work
+      const sent = [];
+      for (const v of [1, 2, 3]) {
+        sent.push(
+          await db.tusk.enqueue(
+            'save',
+            { v },
+            { client: producer, queue: 'deb-tx', debounce: { key: 'doc-10', delayMs: 200 } },
+          ),
+        );
+      }
+      await producer.query('COMMIT');
+      // before, each enqueue found the one before due (by the clock) and made a new job
+      expect(sent.map((r) => r.deduplicated)).toEqual([false, true, true]);
+      const jobs = await db.rows<{ payload: unknown }>('SELECT payload FROM $schema.jobs WHERE queue = $1', ['deb-tx']);
+      expect(jobs).toEqual([{ payload: { v: 3 } }]);
+    } finally {
+      producer.release();
+    }
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'deb-tx'`);
+  });
+
   it('refuses debounce with runAt, delayMs or a dedup key, and a delay of 0', async () => {
     const refused = (options: object) =>
       expect(db.tusk.enqueue('save', null, options as never)).rejects.toThrow(TuskValidationError);
