@@ -138,7 +138,6 @@ describe('tusk CLI', () => {
     // a mistake in the crontab: the command stops before the worker starts (before, it
     // started, claimed, then stopped)
     const bad = join(dir, 'bad.crontab');
-    await writeFile(bad, '*/10 * * * *  cli-bad  colour=blue\n');
     const registered = async () =>
       (
         await db.rows<{ n: string }>(
@@ -146,13 +145,20 @@ describe('tusk CLI', () => {
         )
       )[0]?.n;
     const before = await registered();
-    const refused = startWorker(env(), '-q', 'cron-cli', '--crontab', bad);
-    let said = '';
-    refused.stderr?.on('data', (d) => {
-      said += String(d);
-    });
-    expect(await exited(refused)).toBe(1);
-    expect(said).toMatch(/bad\.crontab:1: unknown option "colour=blue"/);
+    // a line that does not parse, and one that parses but whose cron expression is wrong
+    for (const [line, message] of [
+      ['*/10 * * * *  cli-bad  colour=blue', /bad\.crontab:1: unknown option "colour=blue"/],
+      ['61 * * * *  cli-bad  task=record', /schedule cli-bad: cron: .*minute/i],
+    ] as const) {
+      await writeFile(bad, `${line}\n`);
+      const refused = startWorker(env(), '-q', 'cron-cli', '--crontab', bad);
+      let said = '';
+      refused.stderr?.on('data', (d) => {
+        said += String(d);
+      });
+      expect(await exited(refused)).toBe(1);
+      expect(said).toMatch(message);
+    }
     expect(await registered()).toBe(before);
     const paused = await tusk(env(), 'schedules', 'pause', 'cli-nightly');
     expect(paused.code, paused.stderr).toBe(0);

@@ -133,6 +133,18 @@ export class Schedules {
     return { set: [...keep], removed };
   }
 
+  /**
+   * Checks a crontab's entries as `syncCrontab` would take them (cron expressions, time
+   * zones, options, payloads against their tasks' schemas), writing nothing: a mistake
+   * throws, naming the schedule. `tusk worker --crontab` does so before the worker starts.
+   *
+   * @example
+   * tusk.schedules.checkCrontab(parseCrontab(text, 'tusk.crontab'));
+   */
+  checkCrontab(entries: CrontabEntry[]): void {
+    for (const e of entries) this.#input(e.name, e.cron, e.options, 'crontab', `schedule ${e.name}: `);
+  }
+
   /** A schedule to write, validated; error fields start with `prefix` (which schedule of a file). */
   #input(name: string, cron: string, options: ScheduleOptions, source: 'api' | 'crontab', prefix: string) {
     const key = parse(nameSchema(200), name, `${prefix}name`);

@@ -147,6 +147,7 @@ export function workerCommand(program: Command): void {
       try {
         // a mistake in the crontab stops the command before the worker claims anything
         const crontab = options.crontab === undefined ? undefined : await readCrontabFile(options.crontab);
+        if (crontab) tusk.schedules.checkCrontab(crontab);
         if (!(await startPatiently(() => tusk.worker(workerOptions), 'the worker', urlSource(command), signal))) {
           await close(); // a signal while the database was out of reach
           process.exit();
