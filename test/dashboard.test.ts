@@ -376,7 +376,7 @@ describe('dashboard', () => {
 
   it('the tenants page shows rate limits, retention and why jobs wait; edits them', async () => {
     // the day's one start, used below, is read back within the same day
-    await db.roomInWindow(86_400_000, 60_000);
+    await db.roomInWindow(86_400_000, 15_000);
     await db.tusk.tenants.set('metered', { rate: { limit: 1, perMs: 86_400_000 }, retention: '30 days' });
     await db.tusk.tenants.set('narrow', { slots: 1 });
     const { ids } = await db.tusk.enqueueMany(

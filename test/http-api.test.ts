@@ -607,7 +607,7 @@ describe('HTTP API', () => {
 
   it("tenants: rate limit and retention set and shown; why each tenant's jobs wait", async () => {
     // the day's one start, used below, is read back within the same day
-    await db.roomInWindow(86_400_000, 60_000);
+    await db.roomInWindow(86_400_000, 15_000);
     const set = expectReply(
       await call('PATCH', '/api/tenants/metered', {
         body: { rate: { limit: 1, perMs: 86_400_000 }, retention: '30 day' },

@@ -80,7 +80,8 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       throw new TuskValidationError(
         'schema',
         `"${schema}" is not a schema the demo made, and the demo drops its schema at each run: ` +
-          `choose another (default ${DEMO_SCHEMA})`,
+          `choose another (default ${DEMO_SCHEMA}), or, if an earlier version's demo made it, drop it first ` +
+          `(DROP SCHEMA "${schema}" CASCADE)`,
       );
     }
     await tusk.migrate();
