@@ -926,9 +926,11 @@ BEGIN
   WITH gone AS (
     DELETE FROM "tusk".jobs j
     WHERE j.id = ANY (v_locked) AND j.state IN ('available', 'scheduled', 'failed')
-      AND NOT EXISTS (SELECT 1 FROM "tusk".job_deps d WHERE d.dependency = j.id)
+      -- a dependent still waiting (an edge of one that ended is a leftover)
+      AND NOT EXISTS (SELECT 1 FROM "tusk".job_deps d JOIN "tusk".jobs w ON w.id = d.dependent
+                      WHERE d.dependency = j.id)
     RETURNING j.id),
-  edges AS (DELETE FROM "tusk".job_deps d USING gone g WHERE d.dependent = g.id)
+  edges AS (DELETE FROM "tusk".job_deps d USING gone g WHERE d.dependent = g.id OR d.dependency = g.id)
   SELECT array_agg(g.id) INTO v_deleted FROM gone g;
   v_deleted := coalesce(v_deleted, '{}');
   WITH gone AS (

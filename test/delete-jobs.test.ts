@@ -56,6 +56,24 @@ describe('deleting jobs', () => {
     expect(await db.tusk.deleteJob(busy)).toBe('deleted');
   });
 
+  it('a job whose waiting dependents ended otherwise (cancelled, expired) has none left: it is deleted, with their edges', async () => {
+    for (const end of ['cancel', 'expire'] as const) {
+      const { id: parent } = await db.tusk.enqueue('t', null, { queue: 'del-ended', delayMs: 3_600_000 });
+      const { id: child } = await db.tusk.enqueue('t', null, { queue: 'del-ended', dependsOn: [parent] });
+      if (end === 'cancel') await db.tusk.cancel(child);
+      else {
+        await db.pool.query(`UPDATE "${db.schema}".jobs SET expires_at = now() WHERE id = $1`, [child]);
+        await db.pool.query(`SELECT "${db.schema}".expire_jobs()`);
+      }
+      expect((await db.tusk.getJob(child))?.state).toBe(end === 'cancel' ? 'cancelled' : 'expired');
+      // before, the ended dependent's edge was left and the delete refused: has_dependents
+      expect(await db.tusk.deleteJob(parent)).toBe('deleted');
+      expect(await db.rows('SELECT 1 FROM $schema.job_deps WHERE dependency = $1 OR dependent = $1', [parent])).toEqual(
+        [],
+      );
+    }
+  });
+
   it('a dependency enqueued by a transaction still open: the delete waits for it and then refuses', async () => {
     const { id: parent } = await db.tusk.enqueue('t', null, { queue: 'del-race' });
     const tx = await db.pool.connect();
