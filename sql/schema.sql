@@ -3345,6 +3345,7 @@ CREATE TABLE tusk.config (
 CREATE TABLE tusk.drainer_lease (
     singleton boolean DEFAULT true NOT NULL,
     busy_until timestamp with time zone,
+    key_space text DEFAULT md5(((random())::text || (clock_timestamp())::text)) NOT NULL,
     CONSTRAINT drainer_lease_singleton_check CHECK (singleton)
 );
 

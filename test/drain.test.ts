@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { bullmqSink, type Drainer, type Logger, type Sink, StagedJob, TuskValidationError } from '../src/index.js';
+import { selectStaged } from '../src/queries/staged.js';
 import { testQueue } from './bullmq.js';
 import { lostMidSend } from './drain-race.js';
 import { eventually, sleep, useTestDb } from './helpers.js';
@@ -144,9 +145,7 @@ describe('the BullMQ sink', () => {
     it('idempotent: a batch sent twice is added once (non-idempotent: twice)', async () => {
       const q = bullQueue('idem');
       await stage(Array.from({ length: 50 }, (_, i) => ({ task: 'twice', payload: i })));
-      const rows = await db.rows<ConstructorParameters<typeof StagedJob>[0]>(
-        "SELECT id::text, task, payload::text AS payload, options, staged_at FROM $schema.staged_jobs WHERE task = 'twice' ORDER BY id",
-      );
+      const rows = (await selectStaged(db.pool, db.schema, 1000)).filter((r) => r.task === 'twice');
       const batch = rows.map((r) => new StagedJob(r));
       const context = { client: db.pool, schema: db.schema, signal: new AbortController().signal };
       const idempotent = bullmqSink({ queue: q.name, idempotent: true });
@@ -159,6 +158,26 @@ describe('the BullMQ sink', () => {
       await plain.close?.();
       expect(await q.jobs()).toHaveLength(100);
       await db.rows("DELETE FROM $schema.staged_jobs WHERE task = 'twice'");
+    });
+    it('idempotent: the same staged id in two schemas (or in a schema made again) is two jobs, not one', async () => {
+      const q = bullQueue('idem-spaces');
+      const schemas = [`${db.schema}_a`, `${db.schema}_b`];
+      const sink = bullmqSink({ queue: q.name, idempotent: true });
+      try {
+        for (const schema of schemas) {
+          const tusk = db.another({ schema });
+          await tusk.migrate();
+          await tusk.stageMany(await tusk.pool(), [{ task: 'spaced', payload: schema }]);
+          const batch = (await selectStaged(db.pool, schema, 10)).map((r) => new StagedJob(r));
+          expect(batch.map((j) => j.id)).toEqual(['1']);
+          await sink.send(batch, { client: db.pool, schema, signal: new AbortController().signal });
+        }
+        // before, both were BullMQ's job staged-1: the second was taken for a copy and dropped
+        expect((await q.jobs()).map((j) => j.data).sort()).toEqual(schemas);
+      } finally {
+        await sink.close?.();
+        for (const schema of schemas) await db.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      }
     });
   });
 

@@ -18,8 +18,9 @@ export interface BullMQSinkOptions {
   /** The BullMQ queue of every job; default each job's Tusk queue (`default` if none). */
   queue?: string;
   /**
-   * Gives each job the BullMQ id `staged-<staged id>`, so a batch sent again after a
-   * crash adds no duplicate while BullMQ still holds the first copy. Default false.
+   * Gives each job the BullMQ id `staged-<StagedJob.key>` (unique across schemas and
+   * installs), so a batch sent again after a crash adds no duplicate while BullMQ still
+   * holds the first copy. Default false.
    */
   idempotent?: boolean;
   /**
@@ -180,7 +181,7 @@ function defaultJob(job: StagedJob, options: BullMQSinkOptions): BullMQJob {
   if (o.runAt) opts.delay = Math.max(0, o.runAt.getTime() - Date.now());
   if (o.maxAttempts !== undefined) opts.attempts = o.maxAttempts;
   if (o.priority !== undefined && o.priority > 0) opts.priority = o.priority;
-  if (options.idempotent) opts.jobId = `staged-${job.id}`;
+  if (options.idempotent) opts.jobId = `staged-${job.key}`;
   return { queue: options.queue ?? o.queue ?? 'default', name: job.task, data: job.payload, opts };
 }
 

@@ -27,6 +27,11 @@ export interface StagedOptions {
 export class StagedJob {
   /** The staged row's id: increasing in staging order, unique per schema. */
   readonly id: string;
+  /**
+   * Unique across schemas and installs: the schema's random key space and the id. What
+   * an idempotent sink keys its jobs on (ids alone start again at 1 in a schema made again).
+   */
+  readonly key: string;
   readonly task: string;
   readonly payloadJson: string;
   readonly options: StagedOptions;
@@ -36,6 +41,7 @@ export class StagedJob {
 
   constructor(row: StagedRow) {
     this.id = row.id;
+    this.key = `${row.key_space}-${row.id}`;
     this.task = row.task;
     this.payloadJson = row.payload;
     this.stagedAt = row.staged_at;

@@ -27,6 +27,8 @@ export async function stageJobs(db: Queryable, schema: string, jobsJson: string)
 /** A staged row as the drainer reads it: the payload stays JSON text until a sink parses it. */
 export interface StagedRow {
   id: string;
+  /** The schema's key space, drawn when it was made (see StagedJob.key). */
+  key_space: string;
   task: string;
   payload: string;
   options: Record<string, unknown>;
@@ -53,7 +55,8 @@ export async function selectStaged(
      busy AS (
        UPDATE ${s}.drainer_lease SET busy_until = clock_timestamp() + $2::float8 * interval '1 millisecond'
        WHERE $2::float8 IS NOT NULL AND EXISTS (SELECT 1 FROM batch))
-     SELECT b.id::text AS id, b.task, b.payload::text AS payload, b.options, b.staged_at FROM batch b ORDER BY b.id`,
+     SELECT b.id::text AS id, l.key_space, b.task, b.payload::text AS payload, b.options, b.staged_at
+     FROM batch b CROSS JOIN ${s}.drainer_lease l ORDER BY b.id`,
     [limit, sendMs],
   );
   return rows;

@@ -33,7 +33,10 @@ export function drainCommand(program: Command): void {
     .option('--redis-url <url>', 'Redis of the bullmq sink', process.env.REDIS_URL ?? 'redis://127.0.0.1:6379')
     .option('--bullmq-queue <name>', "BullMQ queue of every job (default: the job's Tusk queue)")
     .option('--bullmq-prefix <prefix>', "BullMQ's key prefix (default bull)")
-    .option('--idempotent', 'BullMQ job id staged-<id>: a batch sent twice after a crash adds no duplicate')
+    .option(
+      '--idempotent',
+      "BullMQ job id staged-<key> (the schema's key space and the staged id): a batch sent twice after a crash adds no duplicate",
+    )
     .option('--batch-size <n>', 'jobs per batch (default 1000)', intOption('--batch-size', 1))
     .option(
       '--standby-poll-ms <ms>',
