@@ -423,6 +423,15 @@ describe('HTTP API', () => {
       leaseUntilSchema,
     );
     expect(new Date(extended.leaseUntil).getTime()).toBeGreaterThan(new Date(a.leaseUntil).getTime());
+    expect(extended.cancelRequested).toBe(false);
+    // a cancel asked for meanwhile: the consumer learns it from its next extend (WORKING)
+    expect(await db.tusk.cancel(b.id)).toBe('running');
+    const told = expectReply(
+      await call('POST', `/api/jobs/${b.id}/extend`, { token: acmeToken, body: { token: b.token, leaseMs: 60_000 } }),
+      200,
+      leaseUntilSchema,
+    );
+    expect(told.cancelRequested).toBe(true);
     expect(
       await call('POST', `/api/jobs/${a.id}/ack`, { token: acmeToken, body: { token: a.token, result: { rows: 3 } } }),
     ).toMatchObject({ status: 200, body: { ok: true } });
@@ -436,9 +445,9 @@ describe('HTTP API', () => {
         token: acmeToken,
         body: { token: b.token, delayMs: 60_000, error: 'upstream down' },
       }),
-    ).toMatchObject({ status: 200, body: { state: 'failed' } });
+    ).toMatchObject({ status: 200, body: { state: 'cancelled' } });
     const nacked = expectReply(await call('GET', `/api/jobs/${b.id}`), 200, jobSchema);
-    expect(nacked.error?.message).toBe('upstream down');
+    expect(nacked.errors.at(-1)?.message).toBe('upstream down');
     expect((await call('POST', `/api/jobs/${b.id}/extend`, { body: { token: b.token, leaseMs: 1000 } })).status).toBe(
       409,
     );

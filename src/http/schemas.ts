@@ -316,7 +316,12 @@ export const stateSchema = z.object({ state: jobStateSchema });
 export const deletedSchema = z.object({ id: jobIdSchema, deleted: z.literal(true) });
 export const retriedSchema = z.object({ retried: z.number().meta({ description: 'jobs re-queued' }) });
 export const okSchema = z.object({ ok: z.literal(true) });
-export const leaseUntilSchema = z.object({ leaseUntil: date });
+export const leaseUntilSchema = z.object({
+  leaseUntil: date,
+  cancelRequested: z
+    .boolean()
+    .meta({ description: 'a cancel of the job was asked for: stop, and nack it (it then ends cancelled)' }),
+});
 
 export const tenantSchema = z.object({
   tenant: z.string(),

@@ -100,11 +100,14 @@ export function leaseEndpoints(api: Api): Endpoint[] {
     }),
     onLease({
       verb: 'extend',
-      summary: 'Keep a leased job for leaseMs more from now (WORKING)',
+      summary: 'Keep a leased job for leaseMs more from now (WORKING); says whether a cancel was asked for',
       body: extendBody,
-      ok: { description: 'the new end of the lease', schema: leaseUntilSchema },
+      ok: { description: 'the new end of the lease, and whether the job is to be cancelled', schema: leaseUntilSchema },
       async act(leases, held, body) {
-        return { leaseUntil: await leases.extendLease(held, body.leaseMs) };
+        const leaseUntil = await leases.extendLease(held, body.leaseMs);
+        // a consumer in another language has no signal: this is how it hears of a cancel
+        const cancelRequested = (await leases.getJob(held.id))?.cancelRequested ?? false;
+        return { leaseUntil, cancelRequested };
       },
     }),
   ];
