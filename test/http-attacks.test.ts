@@ -581,6 +581,43 @@ describe("6. one tenant's heavy reads do not slow the others", () => {
       await guarded.close();
     }
   });
+  it("a live token's flood is answered without a lookup each (429s included); its revocation counts within a second", async () => {
+    const guarded = await createServer(db.another(), {
+      adminToken: ADMIN,
+      dashboard: false,
+      metrics: false,
+      rateLimit: { perSecond: 10, burst: 20 },
+    });
+    const app = guarded.app;
+    const cli = new ApiTokens(() => db.tusk.pool(), db.schema);
+    const { token, info } = await cli.create({ tenant: 'delta' });
+    expect((await app.request('/api/whoami', { headers: bearer(token) })).status).toBe(200);
+    const locker = await db.pool.connect();
+    try {
+      // a lookup of the token now waits
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE "${db.schema}".api_tokens IN ACCESS EXCLUSIVE MODE`);
+      let answered = 0;
+      const replies = Array.from({ length: 60 }, async () => {
+        const status = (await app.request('/api/whoami', { headers: bearer(token) })).status;
+        answered++;
+        return status;
+      });
+      // before, each request looked its token up (and waited here), those refused by the rate limit too
+      await eventually(() => answered === 60, 5000, 10, 'the answers, with the token table locked');
+      const statuses = await Promise.all(replies);
+      expect(statuses.filter((s) => s === 200).length).toBeGreaterThan(0);
+      expect(statuses.filter((s) => s === 429).length).toBeGreaterThan(0);
+      await locker.query('COMMIT');
+      // revoked by another process: refused within about a second
+      await cli.revoke(info.id);
+      await eventually(async () => (await app.request('/api/whoami', { headers: bearer(token) })).status === 401, 3000);
+    } finally {
+      await locker.query('ROLLBACK').catch(() => {});
+      locker.release();
+      await guarded.close();
+    }
+  });
 });
 
 describe('8. scopes, tenant checks, cursors, aborted uploads, caching', () => {

@@ -44,6 +44,10 @@ const PREFIX = 'tusk_';
 const TOKEN_FORMAT = /^tusk_[\w-]{43}$/;
 /** Unknown tokens read the live ones again at most this often. */
 const RELOAD_MS = 1_000;
+/** How long a verified token is taken on trust: its revocation by another process counts within this. */
+const VERIFIED_MS = 1_000;
+/** Verified tokens kept at most (all forgotten past it: they are few, an operator makes them). */
+const MAX_VERIFIED = 10_000;
 
 const createSchema = z.strictObject({
   tenant: nameSchema(128).optional(),
@@ -77,6 +81,8 @@ export class ApiTokens {
   /** The hashes of the live tokens, as last read. */
   #live: Live | null = null;
   #loading: Promise<Live> | null = null;
+  /** Tokens verified lately, by hash: a flood of requests with one costs one lookup a second. */
+  readonly #verified = new Map<string, { principal: Principal; at: number }>();
 
   constructor(db: () => Promise<Queryable>, schema: string) {
     this.#db = db;
@@ -115,24 +121,35 @@ export class ApiTokens {
   async revoke(id: number): Promise<boolean> {
     const done = await revokeToken(await this.#db(), this.#schema, id);
     this.#live = null;
+    this.#verified.clear();
     return done;
   }
 
   /**
    * Who the token is, or null for an unknown or revoked one. A token among the live ones
-   * is read from the database (so a revocation counts at once); any other waits for the
-   * next reading of the live tokens, at most one a second, so a flood of made-up tokens
-   * costs the database one query a second, and a token made by another process a moment
-   * ago is still found.
+   * is read from the database, then taken on trust for a second (a revocation here counts
+   * at once, one by another process within that second): a flood of requests with one
+   * token, those its rate limit refuses included, costs one lookup a second. Any other
+   * token waits for the next reading of the live tokens, at most one a second, so a flood
+   * of made-up tokens costs the database one query a second, and a token made by another
+   * process a moment ago is still found.
    */
   async verify(token: string): Promise<Principal | null> {
     if (!TOKEN_FORMAT.test(token)) return null;
     const hash = hashToken(token);
     const key = hash.toString('base64');
+    const known = this.#verified.get(key);
+    if (known && Date.now() - known.at < VERIFIED_MS) return known.principal;
     if (!this.#live?.hashes.has(key) && !(await this.#reload()).hashes.has(key)) return null;
     const row = await findToken(await this.#db(), this.#schema, hash);
-    if (!row) return null;
-    return { tenant: row.tenant, scopes: new Set(row.scopes as Scope[]), key: `token ${row.id}` };
+    if (!row) {
+      this.#verified.delete(key);
+      return null;
+    }
+    const principal = { tenant: row.tenant, scopes: new Set(row.scopes as Scope[]), key: `token ${row.id}` };
+    if (this.#verified.size >= MAX_VERIFIED) this.#verified.clear();
+    this.#verified.set(key, { principal, at: Date.now() });
+    return principal;
   }
 
   /**
