@@ -694,6 +694,43 @@ describe('8. scopes, tenant checks, cursors, aborted uploads, caching', () => {
     expect(hidden.status).toBe(404);
   });
 
+  it("a tenant's dependencies are checked on the searches' connections, each id once: made-up ids hold no one else up", async () => {
+    const { id: own } = await db.tusk.enqueue('dep', null, { tenant: 'alpha', queue: 'deps-check' });
+    const send = (dependsOn: string[]) =>
+      request(listening.url, '/api/jobs', {
+        method: 'POST',
+        headers: { ...bearer(alpha), ...json },
+        body: JSON.stringify({ task: 'uses', queue: 'deps-check', dependsOn }),
+      });
+    // one id 5 000 times: accepted, its check made once
+    expect((await send(Array(5000).fill(own))).status).toBe(201);
+    const locker = await db.pool.connect();
+    try {
+      // the history's ids wait: a check of ids that are no job (not in jobs) is held
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE "${db.schema}".job_history IN ACCESS EXCLUSIVE MODE`);
+      const made = Array.from({ length: 3000 }, (_, i) => String(900_000_000 + i));
+      const refused = send(made);
+      const checking = async () =>
+        (
+          await db.rows<{ name: string }>(
+            `SELECT application_name AS name FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE '%job_history%' AND pid <> pg_backend_pid()`,
+          )
+        )[0]?.name;
+      await eventually(checking);
+      // before, on the pool of every tenant's enqueues and reads by id
+      expect(await checking()).toBe('tusk http reads');
+      await locker.query('COMMIT');
+      const reply = await refused;
+      expect([reply.status, reply.code]).toEqual([400, 'invalid']);
+    } finally {
+      await locker.query('ROLLBACK').catch(() => {});
+      locker.release();
+    }
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'deps-check'`);
+  });
+
   it('a cursor of digits past a bigint is a 400 naming it, not a 500 with a stack in the log', async () => {
     const before = main.lines.length;
     for (const cursor of ['9999999999999999999', '9223372036854775808']) {

@@ -27,7 +27,8 @@ export async function selectTenantJob(
 
 /**
  * Of `ids`, those of jobs of `tenant` (unfinished or finished): what a tenant's token may
- * name as dependencies. Another tenant's job is left out as a missing one is.
+ * name as dependencies. Another tenant's job is left out as a missing one is. The history
+ * (every day partition) is searched only for the ids that are no unfinished job.
  */
 export async function selectTenantJobIds(
   db: Queryable,
@@ -37,9 +38,12 @@ export async function selectTenantJobIds(
 ): Promise<Set<string>> {
   const s = ident(schema);
   const { rows } = await db.query<{ id: string }>(
-    `SELECT id::text AS id FROM ${s}.jobs WHERE id = ANY ($1::bigint[]) AND tenant = $2
+    `WITH asked AS (SELECT DISTINCT unnest($1::bigint[]) AS id),
+     live AS MATERIALIZED (SELECT j.id, j.tenant FROM asked a JOIN ${s}.jobs j ON j.id = a.id)
+     SELECT l.id::text AS id FROM live l WHERE l.tenant = $2
      UNION
-     SELECT id::text FROM ${s}.job_history WHERE id = ANY ($1::bigint[]) AND tenant = $2`,
+     SELECT h.id::text FROM asked a JOIN ${s}.job_history h ON h.id = a.id
+     WHERE h.tenant = $2 AND NOT EXISTS (SELECT 1 FROM live l WHERE l.id = a.id)`,
     [ids, tenant],
   );
   return new Set(rows.map((r) => r.id));
