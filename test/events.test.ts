@@ -2,7 +2,7 @@
 // Events, a tenant's token seeing its own.
 import { describe, expect, it } from 'vitest';
 import { createServer } from '../src/index.js';
-import { useTestDb } from './helpers.js';
+import { eventually, sleep, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 
@@ -118,6 +118,46 @@ describe('GET /api/events', () => {
     } finally {
       release();
       await worker.stop();
+      await listening.close();
+    }
+  });
+  it("one tenant's many streams cost one read per batch of events, not one each; past 16 streams a token is refused (429)", async () => {
+    const admin = `admin-${'z'.repeat(40)}`;
+    const server = await createServer(db.tusk, { adminToken: admin });
+    const acme = (await server.tokens.create({ tenant: 'acme' })).token;
+    const listening = await server.listen({ port: 0 });
+    const open = (token: string) =>
+      fetch(`${listening.url}/api/events`, { headers: { authorization: `Bearer ${token}` } });
+    const streams: Response[] = [];
+    const locker = await db.pool.connect();
+    try {
+      for (let i = 0; i < 16; i++) streams.push(await open(acme));
+      // before, a token could open streams without end
+      const over = await open(acme);
+      expect(over.status).toBe(429);
+      expect(((await over.json()) as { error: { code: string } }).error.code).toBe('too_many_streams');
+      // another tenant's job ends while the history cannot be read: the reads of its event wait
+      const { id } = await db.tusk.enqueue('t', null, { tenant: 'globex', queue: 'ev-many' });
+      await db.tusk.cancel(id);
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE "${db.schema}".job_history IN ACCESS EXCLUSIVE MODE`);
+      await db.pool.query('SELECT pg_notify($1, $2)', [`${db.schema}:done`, id]);
+      const reads = async () =>
+        (
+          await db.rows<{ n: number }>(
+            `SELECT count(*)::int AS n FROM pg_stat_activity
+             WHERE application_name = 'tusk http reads' AND wait_event_type = 'Lock' AND query LIKE '%job_history%'`,
+          )
+        )[0]?.n ?? 0;
+      await eventually(async () => (await reads()) > 0);
+      await sleep(300);
+      // before, one read per stream (as many as the reads pool has connections, the rest queued)
+      expect(await reads()).toBe(1);
+      await locker.query('COMMIT');
+    } finally {
+      await locker.query('ROLLBACK').catch(() => {});
+      locker.release();
+      for (const s of streams) await s.body?.cancel();
       await listening.close();
     }
   });

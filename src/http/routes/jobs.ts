@@ -5,8 +5,6 @@ import { jobId, toJob } from '../../client/jobs.js';
 import type { JobEvent } from '../../client/waiters.js';
 import type { PreparedQueryable } from '../../db/queryable.js';
 import { TuskValidationError } from '../../errors.js';
-import { selectFinished } from '../../queries/finished.js';
-import { selectProgress } from '../../queries/progress.js';
 import { selectTenantJob, selectTenantJobIds } from '../../queries/tenantJob.js';
 import type { FlowSpec, Job } from '../../types.js';
 import { parse } from '../../validation/validate.js';
@@ -15,6 +13,7 @@ import { scopedTenant } from '../auth.js';
 import { type Endpoint, endpoint, type ResponseDoc } from '../endpoint.js';
 import type { AppEnv } from '../env.js';
 import { HttpError, inBody, notFound } from '../errors.js';
+import { EventFeed, type EventRows, MAX_UNSENT_BATCHES } from '../events.js';
 import {
   deletedSchema,
   enqueuedManySchema,
@@ -81,6 +80,8 @@ async function tenantDependencies(
 }
 
 export function jobEndpoints(api: Api): Endpoint[] {
+  // one reader of job events for every stream of this server
+  const feed = new EventFeed(api);
   /**
    * A change to the job of `:id`, which the caller must see (else 404): `act` answers, or
    * throws a 409 saying why not, or gives null when the job went in the meantime (404).
@@ -230,42 +231,47 @@ export function jobEndpoints(api: Api): Endpoint[] {
         "Server-Sent Events: each job that finishes (event `finished`: id, tenant, queue, task, state) and each running job's progress as workers write it (event `progress`: id, tenant, queue, task, progress), the token's tenant's only",
       responses: { 200: { description: 'an event stream', contentType: 'text/event-stream' } },
       async handle(c) {
-        const { tenant } = c.get('principal');
-        const pool = await api.pools.reads();
-        return streamSSE(c, async (stream) => {
-          const pending: Array<{ event: JobEvent; ids: string[] }> = [];
-          let wake = () => {};
-          const on = (event: JobEvent) => (ids: string[]) => {
-            pending.push({ event, ids });
+        const { tenant, key } = c.get('principal');
+        const pending: Array<{ event: JobEvent; rows: EventRows }> = [];
+        let unread = false;
+        let wake = () => {};
+        // refused (429) before the stream starts when the token holds too many
+        const close = await feed.open(key, {
+          tenant,
+          push(event, rows) {
+            if (pending.length >= MAX_UNSENT_BATCHES) unread = true;
+            else pending.push({ event, rows });
             wake();
-          };
-          const stops = [await api.tusk.onFinished(on('finished')), await api.tusk.onProgress(on('progress'))];
+          },
+        });
+        return streamSSE(c, async (stream) => {
           stream.onAbort(() => {
-            for (const stop of stops) stop();
+            close();
             wake();
           });
-          await stream.writeSSE({ event: 'ready', data: '{}' });
-          while (!stream.aborted) {
-            const batch = pending.shift();
-            if (batch) {
-              const jobs =
-                batch.event === 'finished'
-                  ? await selectFinished(pool, api.schema, batch.ids, tenant)
-                  : await selectProgress(pool, api.schema, batch.ids, tenant);
-              for (const job of jobs) {
-                await stream.writeSSE({ event: batch.event, id: job.id, data: JSON.stringify(job) });
+          try {
+            await stream.writeSSE({ event: 'ready', data: '{}' });
+            // a client that does not read its events ends its stream rather than pile them up here
+            while (!stream.aborted && !unread) {
+              const batch = pending.shift();
+              if (batch) {
+                for (const job of batch.rows) {
+                  await stream.writeSSE({ event: batch.event, id: job.id, data: JSON.stringify(job) });
+                }
+                continue;
               }
-              continue;
+              // a comment now and then keeps proxies from closing an idle stream
+              await new Promise<void>((resolve) => {
+                const timer = setTimeout(resolve, 15_000);
+                wake = () => {
+                  clearTimeout(timer);
+                  resolve();
+                };
+              });
+              if (pending.length === 0 && !stream.aborted) await stream.write(': keep-alive\n\n');
             }
-            // a comment now and then keeps proxies from closing an idle stream
-            await new Promise<void>((resolve) => {
-              const timer = setTimeout(resolve, 15_000);
-              wake = () => {
-                clearTimeout(timer);
-                resolve();
-              };
-            });
-            if (pending.length === 0 && !stream.aborted) await stream.write(': keep-alive\n\n');
+          } finally {
+            close();
           }
         });
       },

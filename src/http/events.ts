@@ -1,0 +1,120 @@
+import type { JobEvent } from '../client/waiters.js';
+import { type FinishedJob, selectFinished } from '../queries/finished.js';
+import { type ProgressEvent, selectProgress } from '../queries/progress.js';
+import type { Api } from './api.js';
+import { HttpError } from './errors.js';
+
+/** Event streams one caller (one token) may hold open at once. */
+export const MAX_STREAMS_PER_CALLER = 16;
+/** Batches a stream may have unsent: past it the client is not reading, and its stream ends. */
+export const MAX_UNSENT_BATCHES = 1000;
+
+/** A batch of events as a stream sends them: every row has its tenant. */
+export type EventRows = ReadonlyArray<FinishedJob | ProgressEvent>;
+
+/** One open event stream: its tenant (null: every tenant's) and where its batches go. */
+export interface EventStream {
+  tenant: string | null;
+  push(event: JobEvent, rows: EventRows): void;
+}
+
+/**
+ * The server's one reader of job events for all its event streams: each batch of ids
+ * announced (finished, progress) is read once, on the searches' connections, whatever
+ * the number of streams, and each stream is handed its tenant's rows. (A read per stream
+ * let one tenant's open streams turn every other tenant's job ends into as many queries.)
+ * Batches are read one at a time, in the order announced.
+ */
+export class EventFeed {
+  readonly #api: Api;
+  readonly #streams = new Set<EventStream>();
+  readonly #perCaller = new Map<string, number>();
+  #subscription: Promise<Array<() => void>> | null = null;
+  #reading: Promise<void> = Promise.resolve();
+
+  constructor(api: Api) {
+    this.#api = api;
+  }
+
+  /**
+   * Adds a stream of the caller `key`; returns the function that removes it. Refused with
+   * a 429 when the caller holds MAX_STREAMS_PER_CALLER already.
+   */
+  async open(key: string, stream: EventStream): Promise<() => void> {
+    const held = this.#perCaller.get(key) ?? 0;
+    if (held >= MAX_STREAMS_PER_CALLER) {
+      throw new HttpError(
+        429,
+        'too_many_streams',
+        `this token holds ${held} event streams, the most it may hold at once: close one first`,
+      );
+    }
+    this.#perCaller.set(key, held + 1);
+    this.#streams.add(stream);
+    let closed = false;
+    const close = () => {
+      if (closed) return;
+      closed = true;
+      this.#streams.delete(stream);
+      const left = (this.#perCaller.get(key) ?? 1) - 1;
+      if (left > 0) this.#perCaller.set(key, left);
+      else this.#perCaller.delete(key);
+      if (this.#streams.size === 0) this.#unsubscribe();
+    };
+    try {
+      await this.#subscribe();
+    } catch (error) {
+      close();
+      throw error;
+    }
+    return close;
+  }
+
+  #subscribe(): Promise<Array<() => void>> {
+    const { tusk } = this.#api;
+    this.#subscription ??= Promise.all([tusk.onFinished(this.#on('finished')), tusk.onProgress(this.#on('progress'))]);
+    const subscription = this.#subscription;
+    subscription.catch(() => {
+      if (this.#subscription === subscription) this.#subscription = null;
+    });
+    return subscription;
+  }
+
+  #unsubscribe(): void {
+    const subscription = this.#subscription;
+    this.#subscription = null;
+    subscription?.then(
+      (stops) => {
+        for (const stop of stops) stop();
+      },
+      () => {},
+    );
+  }
+
+  #on(event: JobEvent) {
+    return (ids: string[]) => {
+      this.#reading = this.#reading.then(() => this.#read(event, ids));
+    };
+  }
+
+  async #read(event: JobEvent, ids: string[]): Promise<void> {
+    if (this.#streams.size === 0) return;
+    let rows: EventRows;
+    try {
+      const pool = await this.#api.pools.reads();
+      rows =
+        event === 'finished'
+          ? await selectFinished(pool, this.#api.schema, ids, null)
+          : await selectProgress(pool, this.#api.schema, ids, null);
+    } catch {
+      // a batch that cannot be read (the statement timeout, a lost connection) is skipped,
+      // as one whose notification was missed: the streams go on with the next
+      return;
+    }
+    if (rows.length === 0) return;
+    for (const stream of this.#streams) {
+      const mine = stream.tenant === null ? rows : rows.filter((r) => r.tenant === stream.tenant);
+      if (mine.length > 0) stream.push(event, mine);
+    }
+  }
+}
