@@ -24,6 +24,34 @@ function hungSchema() {
 }
 
 /**
+ * A worker of `queue` with one slot: job 1 (payload n 1) runs until `release()`, job 2 is
+ * claimed ahead behind it; returns once that is so. `ran`: the payloads' n as their
+ * handlers began.
+ */
+async function oneRunningOneAhead(queue: string) {
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const ran: number[] = [];
+  const worker = db.worker({
+    queues: [queue],
+    concurrency: 1,
+    prefetch: 1,
+    tasks: {
+      work: async (p: { n: number }) => {
+        ran.push(p.n);
+        if (p.n === 1) await released;
+      },
+    },
+  });
+  const { ids } = await db.tusk.enqueueMany([1, 2].map((n) => ({ task: 'work', payload: { n }, queue })));
+  await worker.start();
+  await eventually(async () => ran.length === 1 && (await stateOf(ids[1] as string)) === 'running');
+  return { worker, ids, ran, release };
+}
+
+/**
  * Runs `body` with `notified(enqueue)`, which enqueues and returns once a probe connection
  * listening on the schema's channel has the notification (the worker's listening
  * connection gets it as well), and a moment more.
@@ -529,28 +557,9 @@ describe('worker', () => {
     expect(job.state).toBe('cancelled');
     expect((aborted as Error).name).toBe('JobCancelledError');
   });
+
   it('cancels a job claimed ahead and not started: it never runs, though a slot frees before the heartbeat that reads the cancel answers', async () => {
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    const ran: number[] = [];
-    const worker = db.worker({
-      queues: ['cancel-ahead'],
-      concurrency: 1,
-      prefetch: 1,
-      tasks: {
-        work: async (p: { n: number }) => {
-          ran.push(p.n);
-          if (p.n === 1) await released;
-        },
-      },
-    });
-    const { ids } = await db.tusk.enqueueMany(
-      [1, 2].map((n) => ({ task: 'work', payload: { n }, queue: 'cancel-ahead' })),
-    );
-    await worker.start();
-    await eventually(async () => ran.length === 1 && (await stateOf(ids[1] as string)) === 'running');
+    const { worker, ids, ran, release } = await oneRunningOneAhead('cancel-ahead');
     // the heartbeat the cancel asks for waits: the worker's row is locked
     const locker = await session();
     await locker.query('BEGIN');
@@ -615,28 +624,9 @@ describe('worker', () => {
     expect(aborted).toBe(false);
     expect(job).toMatchObject({ state: 'succeeded', result: 'done' });
   });
+
   it('a notification of a cancel no one asked for, of a job held ahead, holds it back one heartbeat: it then runs', async () => {
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    const ran: number[] = [];
-    const worker = db.worker({
-      queues: ['cancel-spoof-ahead'],
-      concurrency: 1,
-      prefetch: 1,
-      tasks: {
-        work: async (p: { n: number }) => {
-          ran.push(p.n);
-          if (p.n === 1) await released;
-        },
-      },
-    });
-    const { ids } = await db.tusk.enqueueMany(
-      [1, 2].map((n) => ({ task: 'work', payload: { n }, queue: 'cancel-spoof-ahead' })),
-    );
-    await worker.start();
-    await eventually(async () => ran.length === 1 && (await stateOf(ids[1] as string)) === 'running');
+    const { worker, ids, ran, release } = await oneRunningOneAhead('cancel-spoof-ahead');
     await db.pool.query('SELECT pg_notify($1, $2)', [`${db.schema}:cancel`, ids[1]]);
     release();
     expect(await finished(ids[1] as string)).toMatchObject({ state: 'succeeded' });
