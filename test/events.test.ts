@@ -1,5 +1,6 @@
 // GET /api/events: each job that finishes and each running job's progress, as Server-Sent
 // Events, a tenant's token seeing its own.
+import net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { createServer } from '../src/index.js';
 import { eventually, sleep, useTestDb } from './helpers.js';
@@ -158,6 +159,82 @@ describe('GET /api/events', () => {
       await locker.query('ROLLBACK').catch(() => {});
       locker.release();
       for (const s of streams) await s.body?.cancel();
+      await listening.close();
+    }
+  });
+  it('a stream whose client stops reading ends at 1 000 unsent batches: its slot and its rows are let go', async () => {
+    const admin = `admin-${'w'.repeat(40)}`;
+    const server = await createServer(db.tusk, { adminToken: admin });
+    const acme = (await server.tokens.create({ tenant: 'acme' })).token;
+    const listening = await server.listen({ port: 0 });
+    const { port } = new URL(listening.url);
+    const ids: string[] = [];
+    for (let i = 0; i < 100; i++) {
+      const { id } = await db.tusk.enqueue('t'.repeat(150), null, { tenant: 'acme', queue: 'q'.repeat(120) });
+      await db.tusk.cancel(id);
+      ids.push(id);
+    }
+    // a client that reads up to the ready event, then nothing
+    const socket = net.connect(Number(port), '127.0.0.1');
+    try {
+      await new Promise<void>((resolve) => {
+        let got = '';
+        socket.on('data', (d) => {
+          got += String(d);
+          if (got.includes('event: ready')) {
+            socket.pause();
+            resolve();
+          }
+        });
+        socket.write(`GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${acme}\r\n\r\n`);
+      });
+      for (let b = 0; b < 1100; b++)
+        await db.pool.query('SELECT pg_notify($1, $2)', [`${db.schema}:done`, ids.join(',')]);
+      // before, the stream waited on its client for good, holding its slot (and its batches)
+      const opened: Response[] = [];
+      try {
+        await eventually(
+          async () => {
+            const r = await fetch(`${listening.url}/api/events`, { headers: { authorization: `Bearer ${acme}` } });
+            if (r.status === 200) opened.push(r);
+            else await r.body?.cancel();
+            return opened.length === 16;
+          },
+          30_000,
+          100,
+          '16 streams of the token open beside the one that stopped reading',
+        );
+      } finally {
+        for (const r of opened) await r.body?.cancel();
+      }
+    } finally {
+      socket.destroy();
+      await listening.close();
+    }
+  });
+
+  it('a batch that cannot be read ends the streams (their clients know to look again), not skipped unsaid', async () => {
+    const admin = `admin-${'v'.repeat(40)}`;
+    const server = await createServer(db.tusk, { adminToken: admin, readTimeoutMs: 300 });
+    const listening = await server.listen({ port: 0 });
+    const locker = await db.pool.connect();
+    try {
+      const { id } = await db.tusk.enqueue('t', null, { queue: 'ev-unread' });
+      await db.tusk.cancel(id);
+      const res = await fetch(`${listening.url}/api/events`, { headers: { authorization: `Bearer ${admin}` } });
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      expect(new TextDecoder().decode((await reader.read()).value)).toMatch(/event: ready/);
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE "${db.schema}".job_history IN ACCESS EXCLUSIVE MODE`);
+      await db.pool.query('SELECT pg_notify($1, $2)', [`${db.schema}:done`, id]);
+      // the read times out (300 ms): before, the batch was dropped and the stream went on
+      const ended = (async () => {
+        for (;;) if ((await reader.read()).done) return 'ended';
+      })();
+      expect(await Promise.race([ended, sleep(10_000).then(() => 'still open')])).toBe('ended');
+    } finally {
+      await locker.query('ROLLBACK').catch(() => {});
+      locker.release();
       await listening.close();
     }
   });

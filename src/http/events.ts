@@ -6,7 +6,7 @@ import { HttpError } from './errors.js';
 
 /** Event streams one caller (one token) may hold open at once. */
 export const MAX_STREAMS_PER_CALLER = 16;
-/** Batches a stream may have unsent: past it the client is not reading, and its stream ends. */
+/** Batches a stream may have unsent: past it the client is not reading, and its stream ends at once. */
 export const MAX_UNSENT_BATCHES = 1000;
 
 /** A batch of events as a stream sends them: every row has its tenant. */
@@ -16,6 +16,8 @@ export type EventRows = ReadonlyArray<FinishedJob | ProgressEvent>;
 export interface EventStream {
   tenant: string | null;
   push(event: JobEvent, rows: EventRows): void;
+  /** Events were lost (a batch could not be read): the stream ends, its client looks again. */
+  end(): void;
 }
 
 /**
@@ -71,13 +73,24 @@ export class EventFeed {
   }
 
   #subscribe(): Promise<Array<() => void>> {
-    const { tusk } = this.#api;
-    this.#subscription ??= Promise.all([tusk.onFinished(this.#on('finished')), tusk.onProgress(this.#on('progress'))]);
+    this.#subscription ??= this.#listen();
     const subscription = this.#subscription;
     subscription.catch(() => {
       if (this.#subscription === subscription) this.#subscription = null;
     });
     return subscription;
+  }
+
+  /** Both subscriptions, or none: the first is stopped if the second fails. */
+  async #listen(): Promise<Array<() => void>> {
+    const { tusk } = this.#api;
+    const finished = await tusk.onFinished(this.#on('finished'));
+    try {
+      return [finished, await tusk.onProgress(this.#on('progress'))];
+    } catch (error) {
+      finished();
+      throw error;
+    }
   }
 
   #unsubscribe(): void {
@@ -107,8 +120,9 @@ export class EventFeed {
           ? await selectFinished(pool, this.#api.schema, ids, null)
           : await selectProgress(pool, this.#api.schema, ids, null);
     } catch {
-      // a batch that cannot be read (the statement timeout, a lost connection) is skipped,
-      // as one whose notification was missed: the streams go on with the next
+      // a batch that cannot be read (the statement timeout, a lost connection): its events
+      // are lost to every stream, so every stream ends, and its client knows to look again
+      for (const stream of [...this.#streams]) stream.end();
       return;
     }
     if (rows.length === 0) return;

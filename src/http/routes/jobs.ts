@@ -233,26 +233,41 @@ export function jobEndpoints(api: Api): Endpoint[] {
       async handle(c) {
         const { tenant, key } = c.get('principal');
         const pending: Array<{ event: JobEvent; rows: EventRows }> = [];
-        let unread = false;
+        let ended = false;
         let wake = () => {};
+        let abort = () => {};
+        let close = () => {};
+        // the stream ends at once, its slot and its batches let go, though a write to a
+        // client that stopped reading may be waiting
+        const end = () => {
+          ended = true;
+          pending.length = 0;
+          close();
+          abort();
+          wake();
+        };
         // refused (429) before the stream starts when the token holds too many
-        const close = await feed.open(key, {
+        close = await feed.open(key, {
           tenant,
           push(event, rows) {
-            if (pending.length >= MAX_UNSENT_BATCHES) unread = true;
+            // a client that does not read its events: its stream ends rather than pile them up here
+            if (pending.length >= MAX_UNSENT_BATCHES) end();
             else pending.push({ event, rows });
             wake();
           },
+          end,
         });
+        if (ended) close(); // ended while the feed was still subscribing
         return streamSSE(c, async (stream) => {
+          abort = () => stream.abort();
           stream.onAbort(() => {
             close();
             wake();
           });
+          if (ended) stream.abort();
           try {
             await stream.writeSSE({ event: 'ready', data: '{}' });
-            // a client that does not read its events ends its stream rather than pile them up here
-            while (!stream.aborted && !unread) {
+            while (!stream.aborted && !ended) {
               const batch = pending.shift();
               if (batch) {
                 for (const job of batch.rows) {
