@@ -581,6 +581,32 @@ describe("6. one tenant's heavy reads do not slow the others", () => {
       await guarded.close();
     }
   });
+  it('a lookup answered after this process revoked the token is not kept: the next request is refused', async () => {
+    // the token's lookup is read while live, and its answer held until the revocation is done
+    let releaseLookup!: () => void;
+    const lookupHeld = new Promise<void>((resolve) => {
+      releaseLookup = resolve;
+    });
+    let lookups = 0;
+    const query = db.pool.query.bind(db.pool) as (...args: unknown[]) => Promise<unknown>;
+    const held = Object.create(db.pool) as typeof db.pool;
+    held.query = (async (...args: unknown[]) => {
+      const text = String(args[0]);
+      const answer = await query(...args);
+      if (text.includes('find_token(') && ++lookups === 1) await lookupHeld;
+      return answer;
+    }) as typeof db.pool.query;
+    const tokens = new ApiTokens(async () => held, db.schema);
+    const { token, info } = await tokens.create({ tenant: 'echo' });
+    const first = tokens.verify(token);
+    await eventually(() => lookups === 1);
+    expect(await tokens.revoke(info.id)).toBe(true);
+    releaseLookup();
+    expect((await first)?.tenant).toBe('echo'); // live when it was read
+    // before, that answer was kept for a second after the revocation
+    expect(await tokens.verify(token)).toBeNull();
+  });
+
   it("a live token's flood is answered without a lookup each (429s included); its revocation counts within a second", async () => {
     const guarded = await createServer(db.another(), {
       adminToken: ADMIN,

@@ -83,6 +83,8 @@ export class ApiTokens {
   #loading: Promise<Live> | null = null;
   /** Tokens verified lately, by hash: a flood of requests with one costs one lookup a second. */
   readonly #verified = new Map<string, { principal: Principal; at: number }>();
+  /** Counts this process's revocations: a lookup begun before one is not kept. */
+  #revocations = 0;
 
   constructor(db: () => Promise<Queryable>, schema: string) {
     this.#db = db;
@@ -121,6 +123,7 @@ export class ApiTokens {
   async revoke(id: number): Promise<boolean> {
     const done = await revokeToken(await this.#db(), this.#schema, id);
     this.#live = null;
+    this.#revocations++;
     this.#verified.clear();
     return done;
   }
@@ -141,6 +144,7 @@ export class ApiTokens {
     const known = this.#verified.get(key);
     if (known && Date.now() - known.at < VERIFIED_MS) return known.principal;
     if (!this.#live?.hashes.has(key) && !(await this.#reload()).hashes.has(key)) return null;
+    const revocations = this.#revocations;
     const row = await findToken(await this.#db(), this.#schema, hash);
     if (!row) {
       this.#verified.delete(key);
@@ -148,7 +152,8 @@ export class ApiTokens {
     }
     const principal = { tenant: row.tenant, scopes: new Set(row.scopes as Scope[]), key: `token ${row.id}` };
     if (this.#verified.size >= MAX_VERIFIED) this.#verified.clear();
-    this.#verified.set(key, { principal, at: Date.now() });
+    // a revocation meanwhile may have come after the lookup read the token: asked again next time
+    if (revocations === this.#revocations) this.#verified.set(key, { principal, at: Date.now() });
     return principal;
   }
 
