@@ -3,11 +3,12 @@ import type { ClaimedRow } from '../queries/claimJobs.js';
 import type { JobRow } from '../queries/jobColumns.js';
 import type { JobSummaryRow } from '../queries/listJobs.js';
 import type { Job, JobError, JobSource, JobState, JobSummary, LeasedJob } from '../types.js';
+import { inBigintRange } from '../validation/validate.js';
 
 /** A job id as the database wants it: decimal digits. Accepts string, number or bigint. */
 export function jobId(id: unknown, field = 'id'): string {
   const text = typeof id === 'number' || typeof id === 'bigint' ? String(id) : id;
-  if (typeof text !== 'string' || !/^[1-9]\d{0,18}$/.test(text) || BigInt(text) > 9223372036854775807n) {
+  if (typeof text !== 'string' || !/^[1-9]\d{0,18}$/.test(text) || !inBigintRange(text)) {
     throw new TuskValidationError(field, `must be a job id: a positive integer (got ${JSON.stringify(String(id))})`);
   }
   return text;

@@ -128,7 +128,7 @@ export const jobIdArgSchema = z.custom<string | number | bigint>(
     return (
       (typeof text === 'string' || typeof text === 'bigint') &&
       /^[1-9]\d{0,18}$/.test(String(text)) &&
-      BigInt(text) <= 9223372036854775807n
+      inBigintRange(String(text))
     );
   },
   { error: (issue) => `must be a job id: a positive integer (got ${describe(issue.input)})` },
