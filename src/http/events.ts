@@ -73,12 +73,15 @@ export class EventFeed {
   }
 
   #subscribe(): Promise<Array<() => void>> {
-    this.#subscription ??= this.#listen();
-    const subscription = this.#subscription;
-    subscription.catch(() => {
-      if (this.#subscription === subscription) this.#subscription = null;
-    });
-    return subscription;
+    if (!this.#subscription) {
+      const subscription = this.#listen();
+      // failed: the next stream tries again
+      subscription.catch(() => {
+        if (this.#subscription === subscription) this.#subscription = null;
+      });
+      this.#subscription = subscription;
+    }
+    return this.#subscription;
   }
 
   /** Both subscriptions, or none: the first is stopped if the second fails. */

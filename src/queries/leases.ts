@@ -63,6 +63,18 @@ export async function extendLease(
   return rows[0]?.until ?? null;
 }
 
+/**
+ * Whether a cancel of the job this lease holds was asked for (false when the lease is not
+ * held): what a consumer without a signal learns when it extends its lease.
+ */
+export async function cancelRequested(db: Queryable, schema: string, id: string, token: string): Promise<boolean> {
+  const { rows } = await db.query<{ cancel: boolean }>(
+    `SELECT cancel_requested AS cancel FROM ${ident(schema)}.jobs WHERE id = $1 AND lease_token = $2`,
+    [id, token],
+  );
+  return rows[0]?.cancel ?? false;
+}
+
 /** Where a job is now: for explaining a refused lease operation. */
 export async function leaseState(
   db: Queryable,

@@ -1,6 +1,7 @@
 import type { Context } from 'hono';
 import type { z } from 'zod';
 import { jobId } from '../../client/jobs.js';
+import { cancelRequested } from '../../queries/leases.js';
 import type { Tusk } from '../../tusk.js';
 import type { Lease } from '../../types.js';
 import type { Api } from '../api.js';
@@ -106,8 +107,11 @@ export function leaseEndpoints(api: Api): Endpoint[] {
       async act(leases, held, body) {
         const leaseUntil = await leases.extendLease(held, body.leaseMs);
         // a consumer in another language has no signal: this is how it hears of a cancel
-        const cancelRequested = (await leases.getJob(held.id))?.cancelRequested ?? false;
-        return { leaseUntil, cancelRequested };
+        // (one column, not the job with its payload read at every extend)
+        return {
+          leaseUntil,
+          cancelRequested: await cancelRequested(await leases.pool(), api.schema, held.id, held.token),
+        };
       },
     }),
   ];
