@@ -3,7 +3,7 @@
 // their own (.tusk/chaos-pg), which they restart and load as they please.
 import { Command, InvalidArgumentError } from 'commander';
 import { type ChaosOptions, QUICK, renderReport, runChaos } from './chaos.js';
-import { type PressureOptions, renderPressure, runPressure } from './pressure.js';
+import { type PressureOptions, renderPressure, runPressure, STRESSES, type Stress } from './pressure.js';
 
 const int = (name: string) => (v: string) => {
   const n = Number(v.replaceAll('_', ''));
@@ -36,7 +36,18 @@ interface Options {
   pressure?: boolean;
   phaseS: number;
   pinnedS: number;
+  phases?: Set<Stress>;
+  statements?: boolean;
 }
+
+const stresses = (v: string) => {
+  const names = v.split(',').map((x) => x.trim());
+  const unknown = names.filter((x) => !(STRESSES as readonly string[]).includes(x));
+  if (unknown.length > 0) {
+    throw new InvalidArgumentError(`unknown phase ${unknown.join(', ')} (phases: ${STRESSES.join(', ')})`);
+  }
+  return new Set(names as Stress[]);
+};
 
 const program = new Command('chaos')
   .description('Tusk under faults: kills, terminated connections, a server restart, a frozen worker')
@@ -49,6 +60,12 @@ const program = new Command('chaos')
   .option('--pressure', 'the pressure phases instead: pinned horizon, REPEATABLE READ scans, overload, terminate storm')
   .option('--phase-s <s>', 'with --pressure: seconds per phase', int('--phase-s'), 60)
   .option('--pinned-s <s>', 'with --pressure: seconds the horizon stays pinned', int('--pinned-s'), 180)
+  .option(
+    '--phases <list>',
+    `with --pressure: the stresses to run after the clean phase (${STRESSES.join(',')})`,
+    stresses,
+  )
+  .option('--statements', 'with --pressure: per phase, the statements that took the server most time')
   .action(async (opts: Options) => {
     if (opts.pressure) {
       const p: PressureOptions = {
@@ -60,6 +77,8 @@ const program = new Command('chaos')
         calibrationMs: opts.quick ? 10_000 : 20_000,
         dir: '.tusk/pressure-pg',
         schema: 'pressure',
+        ...(opts.phases ? { phases: opts.phases } : {}),
+        statements: opts.statements === true,
         progress: status,
       };
       const report = await runPressure(p);

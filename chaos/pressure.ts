@@ -27,8 +27,16 @@ export interface PressureOptions {
   calibrationMs: number;
   dir: string;
   schema: string;
+  /** The stresses to run, in their fixed order (default: all four). */
+  phases?: ReadonlySet<Stress>;
+  /** Per phase, the statements that took the server's time (pg_stat_statements, nested ones counted). */
+  statements?: boolean;
   progress?: (line: string) => void;
 }
+
+/** The stresses, in the order they run. */
+export const STRESSES = ['pinned', 'scanners', 'overload', 'storm'] as const;
+export type Stress = (typeof STRESSES)[number];
 
 /** Latency histogram bounds (ms), as in pressure-tasks.mjs. */
 const BOUNDS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 30_000, 60_000, Number.POSITIVE_INFINITY];
@@ -58,6 +66,15 @@ export interface PhaseResult {
   recoveredMs: number | null;
   /** Per relation at the end of the phase (job_history's partitions folded into one). */
   relations: RelationState[];
+  /** With `statements`: the statements that took most of the server's time in the phase. */
+  statements: StatementTime[];
+}
+
+export interface StatementTime {
+  query: string;
+  calls: number;
+  totalMs: number;
+  meanMs: number;
 }
 
 export interface RelationState {
@@ -74,6 +91,13 @@ export interface RelationState {
  * docs/design/storage.md.)
  */
 const SERVER_SETTINGS = { max_connections: '500' };
+
+/** With `statements`: every statement counted, those inside Tusk's functions too. */
+const STATEMENT_SETTINGS = {
+  shared_preload_libraries: 'pg_stat_statements',
+  'pg_stat_statements.track': 'all',
+  'pg_stat_statements.max': '2000',
+};
 
 /** Goals of the run: share of the clean rate under each stress, and the recovery bound. */
 const GOALS = { pinnedShare: 0.9, pinnedP99Ms: 1000, scannersShare: 0.9, recoveryMs: 30_000 };
@@ -102,10 +126,11 @@ export interface ScannerLoad {
 export async function runPressure(o: PressureOptions): Promise<PressureReport> {
   const say = o.progress ?? (() => {});
   // a server of its own, started with room for the 300 idle connections
-  let server = await startEmbedded({ dir: o.dir, settings: SERVER_SETTINGS });
+  const settings = o.statements ? { ...SERVER_SETTINGS, ...STATEMENT_SETTINGS } : SERVER_SETTINGS;
+  let server = await startEmbedded({ dir: o.dir, settings });
   if (!server.started) {
     await server.stop();
-    server = await startEmbedded({ dir: o.dir, settings: SERVER_SETTINGS });
+    server = await startEmbedded({ dir: o.dir, settings });
   }
   const url = server.connectionString;
   const observer = new pg.Pool({ connectionString: url, max: 2, application_name: 'pressure-observer' });
@@ -152,6 +177,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
     say('pressure · setting up');
     await dropSchema(observer, o.schema);
     await producer.migrate();
+    if (o.statements) await q('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
     serverLine = (
       await q(
         `SELECT format('PostgreSQL %s (embedded); shared_buffers %s, work_mem %s, maintenance_work_mem %s, data checksums %s, synchronous_commit %s',
@@ -189,9 +215,12 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
     const load = new Producer(producer, produced, rate);
     load.start();
 
+    const statements = o.statements ? new StatementClock(q) : null;
+    await statements?.lap();
     const measure = async (phase: string, w: Window, recoveredMs: number | null = null): Promise<PhaseResult> => {
       const r = summarize(phase, w, seconds, produced, samples, recoveredMs);
       r.relations = await relationStates(q, o.schema).catch(() => []);
+      r.statements = (await statements?.lap()) ?? [];
       phases.push(r);
       say(`pressure · ${phase}: ${Math.round(r.startedPerSec)} jobs/s, p99 ${bound(r.p99)} ms`);
       return r;
@@ -212,6 +241,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
       rate = Math.round(rate * 0.8);
       load.rate = rate;
       await run(10_000); // let the backlog go
+      await statements?.lap();
       clean = await measure('clean', await run(o.phaseMs));
     }
     const recovered = (w: Window) => {
@@ -241,8 +271,10 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
       return r;
     };
 
+    const runs = (stress: Stress) => o.phases?.has(stress) ?? true;
+
     // 1. an idle transaction holding an XID pins the xmin horizon
-    {
+    if (runs('pinned')) {
       const pin = new pg.Client({ connectionString: url, application_name: 'pressure-pin' });
       await pin.connect();
       await pin.query('BEGIN');
@@ -260,7 +292,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
     }
 
     // 2. four REPEATABLE READ sessions scanning Tusk's tables over and over
-    {
+    if (runs('scanners')) {
       const scans = startScanners(url, o.schema);
       const w = await run(o.phaseMs);
       const r = await measure('4 REPEATABLE READ scanners', w);
@@ -274,13 +306,15 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
     }
 
     // 3. 1.5× overload, then back to the steady rate: the backlog must drain
-    load.rate = Math.round(rate * 1.5);
-    await measure('1.5× overload', await run(o.phaseMs));
-    load.rate = rate;
-    await recover('1.5× overload');
+    if (runs('overload')) {
+      load.rate = Math.round(rate * 1.5);
+      await measure('1.5× overload', await run(o.phaseMs));
+      load.rate = rate;
+      await recover('1.5× overload');
+    }
 
     // 4. pg_terminate_backend against the workers' connections, 300 idle connections held
-    {
+    if (runs('storm')) {
       const idle: pg.Client[] = [];
       for (let i = 0; i < 300; i++) {
         const c = new pg.Client({ connectionString: url, application_name: 'pressure-idle' });
@@ -480,6 +514,7 @@ function summarize(
     waits: top,
     recoveredMs,
     relations: [],
+    statements: [],
   };
 }
 
@@ -510,6 +545,42 @@ async function relationStates(
     heapMb: Number(r.heap_mb),
     indexMb: Number(r.index_mb),
   }));
+}
+
+/**
+ * pg_stat_statements read at each phase's end: `lap()` gives the statements that took most
+ * of the server's time since the previous lap. Nested statements are counted too, so a
+ * function's time shows both in its call and in the statements inside it.
+ */
+class StatementClock {
+  #last = new Map<string, { calls: number; ms: number }>();
+  readonly #q: (sql: string, values?: unknown[]) => Promise<pg.QueryResult>;
+
+  constructor(q: (sql: string, values?: unknown[]) => Promise<pg.QueryResult>) {
+    this.#q = q;
+  }
+
+  async lap(top = 8): Promise<StatementTime[]> {
+    const { rows } = await this.#q(
+      `SELECT queryid::text || ':' || toplevel AS key, toplevel,
+              left(regexp_replace(query, '[[:space:]]+', ' ', 'g'), 90) AS query,
+              calls::float8 AS calls, total_exec_time AS ms
+       FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%'`,
+    ).catch(() => ({ rows: [] }));
+    const now = new Map<string, { calls: number; ms: number }>();
+    const laps: StatementTime[] = [];
+    for (const r of rows as Array<{ key: string; toplevel: boolean; query: string; calls: number; ms: number }>) {
+      now.set(r.key, { calls: r.calls, ms: r.ms });
+      const before = this.#last.get(r.key) ?? { calls: 0, ms: 0 };
+      const calls = r.calls - before.calls;
+      if (calls <= 0) continue;
+      const totalMs = r.ms - before.ms;
+      laps.push({ query: (r.toplevel ? '' : '(nested) ') + r.query, calls, totalMs, meanMs: totalMs / calls });
+    }
+    // an entry pg_stat_statements evicted and made again restarts from zero: kept as read
+    this.#last = now;
+    return laps.sort((a, b) => b.totalMs - a.totalMs).slice(0, top);
+  }
 }
 
 /** The histogram bucket bound under which a fraction `p` of the starts fall. */
@@ -578,6 +649,23 @@ export function renderPressure(r: PressureReport, o: PressureOptions): string {
         p.relations.map((x, i) => [i === 0 ? p.phase : '', x.relation, x.live, x.dead, x.heapMb, x.indexMb]),
       ),
     ),
+    ...(o.statements
+      ? [
+          'Statements that took the server most time in each phase (pg_stat_statements; nested ones inside functions counted too):',
+          renderTable(
+            ['phase', 'statement', 'calls', 'total ms', 'mean ms'],
+            r.phases.flatMap((p) =>
+              p.statements.map((x, i) => [
+                i === 0 ? p.phase : '',
+                x.query,
+                x.calls,
+                Math.round(x.totalMs),
+                x.meanMs.toFixed(2),
+              ]),
+            ),
+          ),
+        ]
+      : []),
     r.ok ? 'goals hold' : `FAILED:\n  ${r.failures.join('\n  ')}`,
   ].join('\n');
 }
