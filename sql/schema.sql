@@ -3282,6 +3282,29 @@ BEGIN
 END $$;
 
 --
+-- Name: working(bigint, bigint, integer); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.working(p_id bigint, p_token bigint, p_ms integer, OUT lease_until timestamp with time zone, OUT cancel_requested boolean) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  IF p_ms IS NULL THEN
+    PERFORM "tusk".arg_refuse('ms', 'must be given (the lease''s new length in milliseconds)');
+  END IF;
+  UPDATE "tusk".jobs j SET lease_until = clock_timestamp() + p_ms * interval '1 millisecond'
+  WHERE j.id = p_id AND j.lease_token = p_token AND j.state = 'running'
+  RETURNING j.lease_until, j.cancel_requested INTO working.lease_until, working.cancel_requested;
+END $$;
+
+--
+-- Name: FUNCTION working(p_id bigint, p_token bigint, p_ms integer, OUT lease_until timestamp with time zone, OUT cancel_requested boolean); Type: COMMENT; Schema: tusk; Owner: -
+--
+
+COMMENT ON FUNCTION tusk.working(p_id bigint, p_token bigint, p_ms integer, OUT lease_until timestamp with time zone, OUT cancel_requested boolean) IS 'Keeps a leased job for p_ms more milliseconds from now (WORKING), fenced by its lease token, and says whether a cancel of the job was asked for (a consumer should stop, and nack or ack it). Both NULL when the lease is not held any more.';
+
+--
 -- Name: active_pairs; Type: TABLE; Schema: tusk; Owner: -
 --
 

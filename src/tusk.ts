@@ -21,7 +21,7 @@ import { cancelJob } from './queries/cancelJob.js';
 import { type DeleteOutcome, deleteJobs } from './queries/deleteJobs.js';
 import { maintainHistory, type PruneBatch, selectFinishedJobs } from './queries/history.js';
 import { insertJob, insertJobsDedup, insertJobsFlow } from './queries/insertJobs.js';
-import { ackJob, extendLease, fetchJobs, leaseState, type NackOutcome, nackJob } from './queries/leases.js';
+import { ackJob, fetchJobs, leaseState, type NackOutcome, nackJob, working } from './queries/leases.js';
 import { retryJobs, selectRetryable } from './queries/retryJobs.js';
 import { selectJob } from './queries/selectJob.js';
 import { countStaged, stageJobs } from './queries/staged.js';
@@ -619,11 +619,26 @@ export class Tusk<L extends TaskList = TaskList> {
 
   /** Keeps a leased job for `ms` more from now (WORKING). Returns the new end. */
   async extendLease(lease: Lease, ms: number): Promise<Date> {
+    return (await this.working(lease, ms)).leaseUntil;
+  }
+
+  /**
+   * Keeps a leased job for `ms` more from now, as `extendLease` does, and says whether a
+   * cancel of the job was asked for (`tusk.cancel`): a consumer of `fetch` has no signal,
+   * so this is how it hears one — it should stop and `nack` (or `ack`) the job. One
+   * statement; throws `LeaseLostError` when the lease is not held any more.
+   *
+   * ```ts
+   * const { cancelRequested } = await tusk.working(job, 60_000);
+   * if (cancelRequested) return tusk.nack(job, { error: 'cancelled' });
+   * ```
+   */
+  async working(lease: Lease, ms: number): Promise<{ leaseUntil: Date; cancelRequested: boolean }> {
     const { id, token } = parse(leaseSchema, lease, 'lease');
     const duration = parse(leaseMsSchema, ms, 'ms');
-    const until = await this.#write(undefined, (db) => extendLease(db, this.schema, id, token, duration));
-    if (!until) throw await this.#leaseLost('extend the lease of', id, token);
-    return until;
+    const answer = await this.#write(undefined, (db) => working(db, this.schema, id, token, duration));
+    if (!answer) throw await this.#leaseLost('extend the lease of', id, token);
+    return answer;
   }
 
   async #leaseLost(what: string, id: string, token: string): Promise<LeaseLostError> {

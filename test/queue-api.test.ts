@@ -201,6 +201,27 @@ describe('Disque-style leases for external workers', () => {
     await expect(db.tusk.ack(job as never)).rejects.toThrow(/cannot ack job \d+ \(lease \d+\): it is succeeded now/);
   });
 
+  it('working extends the lease and tells the consumer of a cancel asked for; a lost lease throws', async () => {
+    const { ids } = await db.tusk.enqueueMany([
+      { task: 'external', queue: 'ext-working' },
+      { task: 'external', queue: 'ext-working' },
+    ]);
+    const [a, b] = await db.tusk.fetch({ queue: 'ext-working', count: 2, leaseMs: 10_000 });
+    expect([a?.id, b?.id].sort()).toEqual([...ids].sort());
+    const kept = await db.tusk.working(a as never, 60_000);
+    expect(kept.cancelRequested).toBe(false);
+    expect(kept.leaseUntil.getTime() - Date.now()).toBeGreaterThan(55_000);
+    // a cancel asked for while the consumer works: its next WORKING says so, and only for that job
+    expect(await db.tusk.cancel(a?.id as string)).toBe('running');
+    expect((await db.tusk.working(a as never, 60_000)).cancelRequested).toBe(true);
+    expect((await db.tusk.working(b as never, 60_000)).cancelRequested).toBe(false);
+    await db.tusk.ack(b as never);
+    await expect(db.tusk.working(b as never, 60_000)).rejects.toThrow(
+      /cannot extend the lease of job \d+ \(lease \d+\): it is succeeded now/,
+    );
+    await db.tusk.nack(a as never, { error: 'cancelled' });
+  });
+
   it('nack counts an attempt and returns the job to the queue, dead when out of attempts', async () => {
     const { id } = await db.tusk.enqueue('external', {}, { queue: 'ext-nack', maxAttempts: 2 });
     const [first] = await db.tusk.fetch({ queue: 'ext-nack' });
@@ -250,6 +271,28 @@ describe('Disque-style leases for external workers', () => {
     expect((await db.tusk.getJob(leased?.id as string))?.result).toEqual({ via: 'sql' });
   });
 
+  it('working() from plain SQL: the new end of the lease and the cancel flag in one row, NULLs once the lease is gone', async () => {
+    await db.tusk.enqueue('sql-task', {}, { queue: 'ext-sql-working' });
+    const [leased] = await db.rows<{ id: string; lease_token: string }>(
+      `SELECT id, lease_token FROM $schema.fetch_jobs(1, 30000, 'ext-sql-working')`,
+    );
+    const ask = async () =>
+      (
+        await db.rows<{ left_ms: number | null; cancel: boolean | null }>(
+          `SELECT (extract(epoch FROM lease_until - clock_timestamp()) * 1000)::float8 AS left_ms, cancel_requested AS cancel
+           FROM $schema.working($1, $2, 90000)`,
+          [leased?.id, leased?.lease_token],
+        )
+      )[0];
+    const first = await ask();
+    expect(first?.cancel).toBe(false);
+    expect(first?.left_ms).toBeGreaterThan(85_000);
+    await db.tusk.cancel(leased?.id as string);
+    expect((await ask())?.cancel).toBe(true);
+    await db.rows('SELECT $schema.nack_job($1, $2)', [leased?.id, leased?.lease_token]);
+    expect(await ask()).toEqual({ left_ms: null, cancel: null });
+  });
+
   it('a lease taken or extended in a transaction open a while runs from when it is taken, not from the transaction start', async () => {
     await db.tusk.enqueue('sql-task', {}, { queue: 'ext-late' });
     const c = await db.pool.connect();
@@ -288,7 +331,7 @@ describe('Disque-style leases for external workers', () => {
     expect((await db.tusk.getJob(leased?.id as string))?.state).toBe('running');
   });
 
-  it('extend_lease without a duration is refused, and the lease runs on as it was', async () => {
+  it('extend_lease and working without a duration are refused, and the lease runs on as it was', async () => {
     // a NULL lease end matched neither a lease that ran out nor a dead worker's job: the
     // job stayed running for good
     await db.tusk.enqueue('sql-task', {}, { queue: 'ext-null-ms' });
@@ -299,6 +342,9 @@ describe('Disque-style leases for external workers', () => {
     await expect(db.rows('SELECT $schema.extend_lease($1, $2, NULL)', [leased.id, leased.lease_token])).rejects.toThrow(
       /ms must be given/,
     );
+    await expect(
+      db.rows('SELECT * FROM $schema.working($1, $2, NULL)', [leased.id, leased.lease_token]),
+    ).rejects.toThrow(/ms must be given/);
     const [held] = await db.rows<{ lease_until: Date | null }>('SELECT lease_until FROM $schema.jobs WHERE id = $1', [
       leased.id,
     ]);
@@ -475,6 +521,7 @@ describe('the SQL API from another client (psql)', () => {
       script,
     ]);
     expect(stdout).toContain(`leased job ${id} (attempt 1) of task send`);
+    expect(stdout).toMatch(/lease_extended \| cancel_requested\s*\n[-+]+\n\s*t\s*\| f/);
     expect(stdout).toMatch(/acked\s*\n-+\n\s*t/);
     expect(await db.tusk.getJob(id)).toMatchObject({ state: 'succeeded', result: { sent: true, by: 'psql' } });
     const { stdout: empty } = await promisify(execFile)('psql', [

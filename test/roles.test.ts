@@ -63,6 +63,9 @@ describe('least-privilege roles', () => {
     expect(
       (await c.query(`SELECT ${s}.extend_lease($1, $2, 60000) AS u`, [a?.id, a?.lease_token])).rows[0].u,
     ).not.toBeNull();
+    const told = await c.query(`SELECT * FROM ${s}.working($1, $2, 60000)`, [a?.id, a?.lease_token]);
+    expect(told.rows[0]).toMatchObject({ cancel_requested: false });
+    expect(told.rows[0].lease_until).not.toBeNull();
     expect((await c.query(`SELECT ${s}.ack_job($1, $2, '1') AS ok`, [a?.id, a?.lease_token])).rows[0].ok).toBe(true);
     expect((await c.query(`SELECT ${s}.nack_job($1, $2) AS st`, [b?.id, b?.lease_token])).rows[0].st).toBe('available');
     await denied(c.query(`SELECT * FROM ${s}.jobs`));

@@ -47,32 +47,24 @@ export async function nackJob(db: Queryable, schema: string, outcome: NackOutcom
   return rows[0]?.state ?? null;
 }
 
-/** The lease's new end, null if the lease is not held any more. */
-export async function extendLease(
+/**
+ * WORKING: the lease's new end and whether a cancel of its job was asked for, in one
+ * statement (what a consumer without a signal learns of a cancel); null if the lease is
+ * not held any more.
+ */
+export async function working(
   db: Queryable,
   schema: string,
   id: string,
   token: string,
   ms: number,
-): Promise<Date | null> {
-  const { rows } = await db.query<{ until: Date | null }>(`SELECT ${ident(schema)}.extend_lease($1, $2, $3) AS until`, [
-    id,
-    token,
-    ms,
-  ]);
-  return rows[0]?.until ?? null;
-}
-
-/**
- * Whether a cancel of the job this lease holds was asked for (false when the lease is not
- * held): what a consumer without a signal learns when it extends its lease.
- */
-export async function cancelRequested(db: Queryable, schema: string, id: string, token: string): Promise<boolean> {
-  const { rows } = await db.query<{ cancel: boolean }>(
-    `SELECT cancel_requested AS cancel FROM ${ident(schema)}.jobs WHERE id = $1 AND lease_token = $2`,
-    [id, token],
+): Promise<{ leaseUntil: Date; cancelRequested: boolean } | null> {
+  const { rows } = await db.query<{ until: Date | null; cancel: boolean | null }>(
+    `SELECT lease_until AS until, cancel_requested AS cancel FROM ${ident(schema)}.working($1, $2, $3)`,
+    [id, token, ms],
   );
-  return rows[0]?.cancel ?? false;
+  const r = rows[0];
+  return r?.until ? { leaseUntil: r.until, cancelRequested: r.cancel === true } : null;
 }
 
 /** Where a job is now: for explaining a refused lease operation. */

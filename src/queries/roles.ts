@@ -44,7 +44,8 @@ export async function createRoles(db: Queryable, schema: string, prefix: string)
       ${s}.enqueue_jobs(jsonb), ${s}.enqueue_flow(jsonb) TO ${producer};
     -- workers in any language: the lease functions, no table
     GRANT EXECUTE ON FUNCTION ${s}.fetch_jobs(integer, integer, text, text), ${s}.ack_job(bigint, bigint, jsonb),
-      ${s}.nack_job(bigint, bigint, integer, jsonb), ${s}.extend_lease(bigint, bigint, integer) TO ${worker};
+      ${s}.nack_job(bigint, bigint, integer, jsonb), ${s}.extend_lease(bigint, bigint, integer),
+      ${s}.working(bigint, bigint, integer) TO ${worker};
     -- the API server: what its endpoints and its upkeep do, on every table but api_tokens
     GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ${s} TO ${api};
     REVOKE ALL ON ${s}.api_tokens FROM ${api};

@@ -1,7 +1,6 @@
 import type { Context } from 'hono';
 import type { z } from 'zod';
 import { jobId } from '../../client/jobs.js';
-import { cancelRequested } from '../../queries/leases.js';
 import type { Tusk } from '../../tusk.js';
 import type { Lease } from '../../types.js';
 import type { Api } from '../api.js';
@@ -105,13 +104,8 @@ export function leaseEndpoints(api: Api): Endpoint[] {
       body: extendBody,
       ok: { description: 'the new end of the lease, and whether the job is to be cancelled', schema: leaseUntilSchema },
       async act(leases, held, body) {
-        const leaseUntil = await leases.extendLease(held, body.leaseMs);
         // a consumer in another language has no signal: this is how it hears of a cancel
-        // (one column, not the job with its payload read at every extend)
-        return {
-          leaseUntil,
-          cancelRequested: await cancelRequested(await leases.pool(), api.schema, held.id, held.token),
-        };
+        return leases.working(held, body.leaseMs);
       },
     }),
   ];
