@@ -467,6 +467,38 @@ describe("6. one tenant's heavy reads do not slow the others", () => {
     await limited.close();
   });
 
+  it('past 64 long polls held at once a token is refused (429 too_many_waits); other tokens poll on, and the slots come back as the waits end', async () => {
+    const app = server.app;
+    const { id } = await db.tusk.enqueue('t', null, { tenant: 'alpha', queue: 'attack-waits' });
+    const [lease] = await db.tusk.fetch({ queue: 'attack-waits' });
+    const poll = (token: string, jobId: string, waitMs: number) =>
+      app.request(`/api/jobs/${jobId}?waitMs=${waitMs}`, { headers: bearer(token) });
+    // before, a token could hold long polls without end, each a timer and a read at its end:
+    // of 70 at once, 64 are held and 6 refused, whatever the order they come in
+    const polls = Array.from({ length: 70 }, () => poll(alpha, id, 60_000));
+    const answered: Response[] = [];
+    for (const p of polls) void p.then((r) => answered.push(r));
+    await eventually(() => answered.length >= 6, 10_000);
+    await sleep(200);
+    expect(answered).toHaveLength(6);
+    const codes = await Promise.all(
+      answered.map(async (r) => `${r.status} ${((await r.json()) as { error: { code: string } }).error.code}`),
+    );
+    expect(codes).toEqual(codes.map(() => '429 too_many_waits'));
+    const other = await db.tusk.enqueue('t', null, { tenant: 'bravo', queue: 'attack-waits-b' });
+    const bravoPoll = await poll(bravo, other.id, 50);
+    expect(bravoPoll.status).toBe(200);
+    // the job ends: every held poll answers with it, and the token may poll again
+    await db.tusk.ack(lease as never, 'done');
+    const answers = (await Promise.all(polls)).filter((r) => !answered.slice(0, 6).includes(r));
+    expect(answers.map((r) => r.status)).toEqual(Array.from({ length: 64 }, () => 200));
+    expect(((await (answers[0] as Response).json()) as { state: string }).state).toBe('succeeded');
+    const next = await db.tusk.enqueue('t', null, { tenant: 'alpha', queue: 'attack-waits-c' });
+    expect((await poll(alpha, next.id, 50)).status).toBe(200);
+    await db.tusk.cancel(other.id);
+    await db.tusk.cancel(next.id);
+  });
+
   it("a tenant's pile of slow lists waits on connections of its own: another tenant's fetch goes on", async () => {
     const fair = await createServer(db.tusk, {
       adminToken: ADMIN,

@@ -2,7 +2,7 @@ import type { JobEvent } from '../client/waiters.js';
 import { type FinishedJob, selectFinished } from '../queries/finished.js';
 import { type ProgressEvent, selectProgress } from '../queries/progress.js';
 import type { Api } from './api.js';
-import { HttpError } from './errors.js';
+import { CallerLimit } from './callerLimit.js';
 
 /** Event streams one caller (one token) may hold open at once. */
 export const MAX_STREAMS_PER_CALLER = 16;
@@ -30,7 +30,7 @@ export interface EventStream {
 export class EventFeed {
   readonly #api: Api;
   readonly #streams = new Set<EventStream>();
-  readonly #perCaller = new Map<string, number>();
+  readonly #perCaller = new CallerLimit(MAX_STREAMS_PER_CALLER, 'too_many_streams', 'event streams');
   #subscription: Promise<Array<() => void>> | null = null;
   #reading: Promise<void> = Promise.resolve();
 
@@ -43,24 +43,14 @@ export class EventFeed {
    * a 429 when the caller holds MAX_STREAMS_PER_CALLER already.
    */
   async open(key: string, stream: EventStream): Promise<() => void> {
-    const held = this.#perCaller.get(key) ?? 0;
-    if (held >= MAX_STREAMS_PER_CALLER) {
-      throw new HttpError(
-        429,
-        'too_many_streams',
-        `this token holds ${held} event streams, the most it may hold at once: close one first`,
-      );
-    }
-    this.#perCaller.set(key, held + 1);
+    const release = this.#perCaller.take(key);
     this.#streams.add(stream);
     let closed = false;
     const close = () => {
       if (closed) return;
       closed = true;
       this.#streams.delete(stream);
-      const left = (this.#perCaller.get(key) ?? 1) - 1;
-      if (left > 0) this.#perCaller.set(key, left);
-      else this.#perCaller.delete(key);
+      release();
       if (this.#streams.size === 0) this.#unsubscribe();
     };
     try {

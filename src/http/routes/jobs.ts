@@ -10,6 +10,7 @@ import type { FlowSpec, Job } from '../../types.js';
 import { parse } from '../../validation/validate.js';
 import type { Api } from '../api.js';
 import { scopedTenant } from '../auth.js';
+import { CallerLimit } from '../callerLimit.js';
 import { type Endpoint, endpoint, type ResponseDoc } from '../endpoint.js';
 import type { AppEnv } from '../env.js';
 import { HttpError, inBody, notFound } from '../errors.js';
@@ -79,9 +80,13 @@ async function tenantDependencies(
   }
 }
 
+/** Long polls (`GET /api/jobs/:id?waitMs=`) one caller (one token) may hold at once. */
+export const MAX_LONG_POLLS_PER_CALLER = 64;
+
 export function jobEndpoints(api: Api): Endpoint[] {
   // one reader of job events for every stream of this server
   const feed = new EventFeed(api);
+  const longPolls = new CallerLimit(MAX_LONG_POLLS_PER_CALLER, 'too_many_waits', 'long polls');
   /**
    * A change to the job of `:id`, which the caller must see (else 404): `act` answers, or
    * throws a 409 saying why not, or gives null when the job went in the meantime (404).
@@ -302,8 +307,14 @@ export function jobEndpoints(api: Api): Endpoint[] {
       async handle(c, { query }) {
         const job = await visibleJob(api, c);
         if (!query.waitMs || FINISHED.has(job.state)) return c.json(job);
-        // one listening connection serves every long poll of the server
-        return c.json((await api.tusk.waitFor(job.id, { timeoutMs: query.waitMs })) ?? job);
+        // held until the wait ends, even if the client went: each ends with a read
+        const release = longPolls.take(c.get('principal').key);
+        try {
+          // one listening connection serves every long poll of the server
+          return c.json((await api.tusk.waitFor(job.id, { timeoutMs: query.waitMs })) ?? job);
+        } finally {
+          release();
+        }
       },
     }),
     onJob({

@@ -1,0 +1,47 @@
+import { HttpError } from './errors.js';
+
+/**
+ * How many of one kind of long-held request (event streams, long polls) each caller — one
+ * API token — may hold at once: past it, a 429 naming the limit. Held requests are few per
+ * honest client; without a bound, one token could hold the server's sockets and timers,
+ * and the reads each of them ends with, for every other tenant.
+ */
+export class CallerLimit {
+  readonly #held = new Map<string, number>();
+  readonly #max: number;
+  readonly #code: string;
+  readonly #what: string;
+
+  /** E.g. `new CallerLimit(16, 'too_many_streams', 'event streams')`. */
+  constructor(max: number, code: string, what: string) {
+    this.#max = max;
+    this.#code = code;
+    this.#what = what;
+  }
+
+  /** Counts one more for `key`, or throws the 429; returns the function that lets it go (once). */
+  take(key: string): () => void {
+    const held = this.#held.get(key) ?? 0;
+    if (held >= this.#max) {
+      throw new HttpError(
+        429,
+        this.#code,
+        `this token holds ${held} ${this.#what}, the most it may hold at once: end one first`,
+      );
+    }
+    this.#held.set(key, held + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const left = (this.#held.get(key) ?? 1) - 1;
+      if (left > 0) this.#held.set(key, left);
+      else this.#held.delete(key);
+    };
+  }
+
+  /** What `key` holds now (for tests). */
+  held(key: string): number {
+    return this.#held.get(key) ?? 0;
+  }
+}
