@@ -477,7 +477,7 @@ describe("6. one tenant's heavy reads do not slow the others", () => {
     // of 70 at once, 64 are held and 6 refused, whatever the order they come in
     const polls = Array.from({ length: 70 }, () => poll(alpha, id, 60_000));
     const answered: Response[] = [];
-    for (const p of polls) void p.then((r) => answered.push(r));
+    for (const p of polls) void Promise.resolve(p).then((r) => answered.push(r));
     await eventually(() => answered.length >= 6, 10_000);
     await sleep(200);
     expect(answered).toHaveLength(6);
