@@ -4,7 +4,7 @@
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { CLI, cliEnv, exited, tusk } from './cli.js';
-import { eventually, useTestDb } from './helpers.js';
+import { eventually, recorder, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 
@@ -123,6 +123,48 @@ describe('the upkeep component', () => {
     expect((await db.tusk.getJob(id))?.state).toBe('available');
     await upkeep.stop();
     expect(new Set(passes)).toEqual(new Set(['queue', 'schedules', 'history']));
+  });
+
+  it('a pass cut off by a lost connection is logged at warn (it runs again), not as an error', async () => {
+    // a terminated backend (a failover, pg_terminate_backend) is no fault of the upkeep's:
+    // error-level lines were logged by every worker in a storm of terminations
+    const rec = recorder();
+    const name = `upkeep-cut-${process.pid}`;
+    const other = db.another({
+      logger: rec.log,
+      connectionString: `${db.url}${db.url.includes('?') ? '&' : '?'}application_name=${name}`,
+    });
+    const upkeep = other.upkeep({ everyMs: 50 });
+    const locker = await db.pool.connect();
+    try {
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE "${db.schema}".workers IN ACCESS EXCLUSIVE MODE`);
+      upkeep.start();
+      const waiting = await eventually(async () => {
+        const { rows } = await db.pool.query<{ pid: number }>(
+          `SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+          [name],
+        );
+        return rows[0]?.pid;
+      }, 10_000);
+      await db.pool.query('SELECT pg_terminate_backend($1)', [waiting]);
+      const failed = await eventually(() => rec.lines.find((l) => l.msg.startsWith('upkeep (')), 10_000);
+      expect(failed).toMatchObject({ level: 'warn', msg: expect.stringMatching(/failed; it runs again in a moment/) });
+      await locker.query('ROLLBACK');
+      // and it does: a later pass of the same service goes through
+      const service = /upkeep \((\w+)\)/.exec(failed.msg)?.[1];
+      await new Promise<void>((resolve) =>
+        upkeep.on('pass', (p) => {
+          if (p.service === service) resolve();
+        }),
+      );
+      expect(rec.lines.filter((l) => l.level === 'error')).toEqual([]);
+    } finally {
+      await locker.query('ROLLBACK').catch(() => {});
+      locker.release();
+      await upkeep.stop();
+      await other.close();
+    }
   });
 
   it('a step that fails is reported and the others still run', async () => {

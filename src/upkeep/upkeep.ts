@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { Database } from '../db/connection.js';
+import { isConnectionError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { UpkeepResult } from '../queries/workers.js';
 import type { FireResult } from '../schedules/fire.js';
@@ -120,7 +121,10 @@ export class Upkeep extends EventEmitter<UpkeepEvents> {
     try {
       await this.#pass(service, await this.#host.database());
     } catch (error) {
-      this.#host.log.error({ err: error }, `upkeep (${service.name}) failed; it runs again in a moment`);
+      // a lost connection (a failover, a terminated backend) is the database's, and passing:
+      // a warning; anything else is a fault
+      const level = isConnectionError(error) ? 'warn' : 'error';
+      this.#host.log[level]({ err: error }, `upkeep (${service.name}) failed; it runs again in a moment`);
     } finally {
       this.#busy.delete(service.name);
     }
