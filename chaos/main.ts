@@ -41,7 +41,11 @@ interface Options {
 }
 
 const stresses = (v: string) => {
-  const names = v.split(',').map((x) => x.trim());
+  const names = v
+    .split(',')
+    .map((x) => x.trim())
+    .filter((x) => x !== '');
+  if (names.length === 0) throw new InvalidArgumentError(`no phase named (phases: ${STRESSES.join(', ')})`);
   const unknown = names.filter((x) => !(STRESSES as readonly string[]).includes(x));
   if (unknown.length > 0) {
     throw new InvalidArgumentError(`unknown phase ${unknown.join(', ')} (phases: ${STRESSES.join(', ')})`);
@@ -62,7 +66,7 @@ const program = new Command('chaos')
   .option('--pinned-s <s>', 'with --pressure: seconds the horizon stays pinned', int('--pinned-s'), 180)
   .option(
     '--phases <list>',
-    `with --pressure: the stresses to run after the clean phase (${STRESSES.join(',')})`,
+    `with --pressure: the stresses to run after the clean phase, in their fixed order (${STRESSES.join(',')})`,
     stresses,
   )
   .option('--statements', 'with --pressure: per phase, the statements that took the server most time')

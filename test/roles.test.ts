@@ -171,4 +171,30 @@ describe('least-privilege roles', () => {
       await denied(other.query(`SELECT ${s}.later_function()`));
     }
   });
+
+  it('an upgrade that moves the extend to working() grants it to the roles that held extend_lease', async () => {
+    const s = `"${db.schema}"`;
+    // the schema as it was before working(): its roles made then, extend_lease theirs
+    await db.pool.query(`DROP FUNCTION ${s}.working(bigint, bigint, integer)`);
+    await db.pool.query(`DELETE FROM ${s}.migrations WHERE version >= 60`);
+    await db.tusk.migrate();
+    const may = async (role: string) =>
+      (
+        await db.rows<{ ok: boolean }>(`SELECT has_function_privilege($1, $2, 'EXECUTE') AS ok`, [
+          role,
+          `${s}.working(bigint, bigint, integer)`,
+        ])
+      )[0]?.ok;
+    // before, the worker role lost its extend until `tusk roles create` ran again
+    expect(await may(`${prefix}_worker`)).toBe(true);
+    expect(await may(`${prefix}_api`)).toBe(true);
+    expect(await may(`${prefix}_producer`)).toBe(false);
+    const { id } = await db.tusk.enqueue('w', null, { queue: 'roles-upgrade' });
+    const c = await client(logins.worker);
+    const [leased] = (await c.query(`SELECT id::text, lease_token FROM ${s}.fetch_jobs(1, 30000, 'roles-upgrade')`))
+      .rows;
+    expect(leased?.id).toBe(id);
+    const told = await c.query(`SELECT * FROM ${s}.working($1, $2, 60000)`, [leased?.id, leased?.lease_token]);
+    expect(told.rows[0]).toMatchObject({ cancel_requested: false });
+  });
 });

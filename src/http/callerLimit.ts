@@ -1,10 +1,16 @@
 import { HttpError } from './errors.js';
+import type { Principal } from './tokens.js';
+
+/** The key a caller's held requests count under: null for the admin, which is not counted. */
+export const heldKey = (principal: Principal): string | null => (principal.scopes.has('admin') ? null : principal.key);
 
 /**
  * How many of one kind of long-held request (event streams, long polls) each caller — one
  * API token — may hold at once: past it, a 429 naming the limit. Held requests are few per
  * honest client; without a bound, one token could hold the server's sockets and timers,
- * and the reads each of them ends with, for every other tenant.
+ * and the reads each of them ends with, for every other tenant. The admin (and the local
+ * caller of a server without auth) is not counted: it may do anything already, and an app
+ * that mounts the API behind its own auth serves all its users with it.
  */
 export class CallerLimit {
   readonly #held = new Map<string, number>();
@@ -19,8 +25,12 @@ export class CallerLimit {
     this.#what = what;
   }
 
-  /** Counts one more for `key`, or throws the 429; returns the function that lets it go (once). */
-  take(key: string): () => void {
+  /**
+   * Counts one more for `key`, or throws the 429; returns the function that lets it go
+   * (once). A null key (the admin) is not counted.
+   */
+  take(key: string | null): () => void {
+    if (key === null) return () => {};
     const held = this.#held.get(key) ?? 0;
     if (held >= this.#max) {
       throw new HttpError(

@@ -39,10 +39,10 @@ export class EventFeed {
   }
 
   /**
-   * Adds a stream of the caller `key`; returns the function that removes it. Refused with
-   * a 429 when the caller holds MAX_STREAMS_PER_CALLER already.
+   * Adds a stream of the caller `key` (null: the admin, not counted); returns the function
+   * that removes it. Refused with a 429 when the caller holds MAX_STREAMS_PER_CALLER already.
    */
-  async open(key: string, stream: EventStream): Promise<() => void> {
+  async open(key: string | null, stream: EventStream): Promise<() => void> {
     const release = this.#perCaller.take(key);
     this.#streams.add(stream);
     let closed = false;

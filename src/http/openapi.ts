@@ -44,7 +44,7 @@ function operation(e: Endpoint) {
   }
   if (e.access !== 'public') {
     responses[401] = { description: 'no token, or an unknown or revoked one', content: json(errorSchema, 'output') };
-    responses[429] = {
+    responses[429] ??= {
       description: "over the token's request rate: see Retry-After",
       content: json(errorSchema, 'output'),
     };

@@ -10,11 +10,11 @@ import type { FlowSpec, Job } from '../../types.js';
 import { parse } from '../../validation/validate.js';
 import type { Api } from '../api.js';
 import { scopedTenant } from '../auth.js';
-import { CallerLimit } from '../callerLimit.js';
+import { CallerLimit, heldKey } from '../callerLimit.js';
 import { type Endpoint, endpoint, type ResponseDoc } from '../endpoint.js';
 import type { AppEnv } from '../env.js';
 import { HttpError, inBody, notFound } from '../errors.js';
-import { EventFeed, type EventRows, MAX_UNSENT_BATCHES } from '../events.js';
+import { EventFeed, type EventRows, MAX_STREAMS_PER_CALLER, MAX_UNSENT_BATCHES } from '../events.js';
 import {
   deletedSchema,
   enqueuedManySchema,
@@ -234,9 +234,16 @@ export function jobEndpoints(api: Api): Endpoint[] {
       access: 'read',
       summary:
         "Server-Sent Events: each job that finishes (event `finished`: id, tenant, queue, task, state) and each running job's progress as workers write it (event `progress`: id, tenant, queue, task, progress), the token's tenant's only",
-      responses: { 200: { description: 'an event stream', contentType: 'text/event-stream' } },
+      responses: {
+        200: { description: 'an event stream', contentType: 'text/event-stream' },
+        429: {
+          description: `over the token's request rate (see Retry-After), or a tenant token holding ${MAX_STREAMS_PER_CALLER} streams already (too_many_streams)`,
+          schema: errorSchema,
+        },
+      },
       async handle(c) {
-        const { tenant, key } = c.get('principal');
+        const principal = c.get('principal');
+        const { tenant } = principal;
         const pending: Array<{ event: JobEvent; rows: EventRows }> = [];
         let ended = false;
         let wake = () => {};
@@ -252,7 +259,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
           wake();
         };
         // refused (429) before the stream starts when the token holds too many
-        close = await feed.open(key, {
+        close = await feed.open(heldKey(principal), {
           tenant,
           push(event, rows) {
             // a client that does not read its events: its stream ends rather than pile them up here
@@ -303,12 +310,20 @@ export function jobEndpoints(api: Api): Endpoint[] {
       access: 'read',
       summary: 'A job in any state: status, timings, stats, result, errors; with waitMs, once it is finished',
       query: jobQuery,
-      responses: { 200: { description: 'the job', schema: jobSchema }, 400: invalidDoc, 404: jobNotFoundDoc },
+      responses: {
+        200: { description: 'the job', schema: jobSchema },
+        400: invalidDoc,
+        404: jobNotFoundDoc,
+        429: {
+          description: `over the token's request rate (see Retry-After), or a tenant token holding ${MAX_LONG_POLLS_PER_CALLER} long polls already (too_many_waits)`,
+          schema: errorSchema,
+        },
+      },
       async handle(c, { query }) {
         const job = await visibleJob(api, c);
         if (!query.waitMs || FINISHED.has(job.state)) return c.json(job);
         // held until the wait ends, even if the client went: each ends with a read
-        const release = longPolls.take(c.get('principal').key);
+        const release = longPolls.take(heldKey(c.get('principal')));
         try {
           // one listening connection serves every long poll of the server
           return c.json((await api.tusk.waitFor(job.id, { timeoutMs: query.waitMs })) ?? job);
