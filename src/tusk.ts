@@ -1,13 +1,13 @@
-import type pg from 'pg';
+import pg from 'pg';
 import { z } from 'zod';
-import { hasDedup, hasDependencies, type JobRecord, jobRecord } from './client/entries.js';
+import { hasDedup, hasDependencies, isDelayed, type JobRecord, jobRecord } from './client/entries.js';
 import { jobId, toClaimed, toJob } from './client/jobs.js';
 import { Queues } from './client/queues.js';
 import { type ScheduleInfo, Schedules } from './client/schedules.js';
 import { collectStats, type Stats } from './client/stats.js';
 import { Tenants } from './client/tenants.js';
 import { Waiters } from './client/waiters.js';
-import { jsonArray, type Written, writeRecords } from './client/write.js';
+import { COPY_MIN_JOBS, copyRecordSlices, jsonArray, plainEntry, type Written, writeRecords } from './client/write.js';
 import { type TransactionLike, toQueryable } from './db/adapters.js';
 import { type ConnectionOptions, type Database, openDatabase } from './db/connection.js';
 import type { EmbeddedOptions } from './db/embedded.js';
@@ -362,6 +362,13 @@ export class Tusk<L extends TaskList = TaskList> {
   enqueueMany(jobs: ReadonlyArray<TypedJobSpec<L>>, options?: { client?: TransactionLike }): Promise<Written>;
   async enqueueMany(jobs: readonly JobSpec[], options: { client?: TransactionLike } = {}): Promise<Written> {
     const { client } = parse(enqueueManyOptionsSchema, options, 'options');
+    // a big batch of plain jobs on Tusk's own connections: checked slice by slice while the
+    // slices before are being written, so that the checks and the insert overlap (the COPY
+    // inserts nothing if an entry fails them, and the error is the same)
+    if (!client && Array.isArray(jobs) && jobs.length >= COPY_MIN_JOBS && Array.from(jobs, plainEntry).every(Boolean)) {
+      const written = await this.#copyMany(jobs);
+      if (written) return written;
+    }
     const records = await this.#records(jobs, 'jobs', jobSpecSchema);
     if (records.length === 0) return { ids: [] };
     if (records.some(hasDependencies)) {
@@ -385,21 +392,57 @@ export class Tusk<L extends TaskList = TaskList> {
     if (!Array.isArray(jobs)) throw new TuskValidationError(field, `must be an array (got ${describe(jobs)})`);
     // Array.from visits holes (as undefined), which map would skip
     const definition = await this.#definitions(Array.from(jobs, (job) => (job as Partial<JobSpec> | undefined)?.task));
-    const records = Array.from(jobs, (job, i) => {
-      const at = `${field}[${i}]`;
-      const spec = parse(schema, job, at) as JobSpec;
-      return jobRecord(
-        spec.task,
-        spec.payload,
-        spec,
-        `${at}.payload`,
-        this.#maxPayloadBytes,
-        definition(spec.task),
-        `${at}.dependsOn`,
-      );
-    });
+    const records = Array.from(jobs, (job, i) => this.#record(job, `${field}[${i}]`, schema, definition));
     await this.#validatePayloads(records, (i) => `${field}[${i}].payload`, definition);
     return records;
+  }
+
+  /** One entry's record, checked but for its payload's schema; `at` names it in errors. */
+  #record(
+    job: JobSpec | undefined,
+    at: string,
+    schema: typeof jobSpecSchema | typeof stageSpecSchema,
+    definition: (task: string) => TaskDefinition | undefined,
+  ): JobRecord {
+    const spec = parse(schema, job, at) as JobSpec;
+    return jobRecord(
+      spec.task,
+      spec.payload,
+      spec,
+      `${at}.payload`,
+      this.#maxPayloadBytes,
+      definition(spec.task),
+      `${at}.dependsOn`,
+    );
+  }
+
+  /**
+   * enqueueMany's big plain batches: written by COPY as they are checked, a slice at a
+   * time. Null when an entry turns out to need the general path after all (which then
+   * checks the batch again and writes it).
+   */
+  async #copyMany(jobs: readonly JobSpec[]): Promise<Written | null> {
+    const definition = await this.#definitions(Array.from(jobs, (job) => (job as Partial<JobSpec> | undefined)?.task));
+    const self = this;
+    async function* slices(): AsyncGenerator<JobRecord[]> {
+      for (let from = 0; from < jobs.length; from += COPY_SLICE) {
+        // Array.from visits holes (as undefined), which map would skip
+        const slice = Array.from(jobs.slice(from, from + COPY_SLICE), (job, k) =>
+          self.#record(job, `jobs[${from + k}]`, jobSpecSchema, definition),
+        );
+        await self.#validatePayloads(slice, (k) => `jobs[${from + k}].payload`, definition);
+        if (slice.some((r) => hasDedup(r) || hasDependencies(r) || isDelayed(r))) throw new NotPlain();
+        yield slice;
+      }
+    }
+    try {
+      return await this.#write(undefined, (db) =>
+        db instanceof pg.Pool ? copyRecordSlices(db, this.schema, jobs.length, slices()) : Promise.resolve(null),
+      );
+    } catch (error) {
+      if (error instanceof NotPlain) return null;
+      throw error;
+    }
   }
 
   /** Checks the payloads of tasks with a schema, after every record passed the other checks (none is left unawaited). */
@@ -1012,3 +1055,9 @@ export class Tusk<L extends TaskList = TaskList> {
     }
   }
 }
+
+/** An entry of a batch begun by COPY that the general path must write (see #copyMany). */
+class NotPlain extends Error {}
+
+/** Entries checked and sent at a time when a batch is written by COPY as it is checked. */
+const COPY_SLICE = 1000;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { type Queryable, TuskValidationError } from '../src/index.js';
+import { z } from 'zod';
+import { defineTask, type Queryable, TuskValidationError } from '../src/index.js';
 import { useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -144,6 +145,73 @@ describe('enqueue', () => {
       });
     });
     await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE id = ANY($1::bigint[])`, [ids]);
+  });
+
+  it('a big batch is checked as it is written: a bad entry in a later slice inserts nothing, is named, and the next batch goes through', async () => {
+    const inQueue = async (queue: string) =>
+      Number((await db.rows<{ n: string }>('SELECT count(*) AS n FROM $schema.jobs WHERE queue = $1', [queue]))[0]?.n);
+    const jobs: unknown[] = Array.from({ length: 2500 }, (_, i) => ({ task: 'bulk', payload: i, queue: 'copy-bad' }));
+    jobs[1700] = { task: 'bulk', payload: 1700, queue: 'copy-bad', priority: 'high' };
+    const error = await db.tusk.enqueueMany(jobs as never).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TuskValidationError);
+    expect((error as Error).message).toMatch(/^jobs\[1700\]\.priority: /);
+    expect(await inQueue('copy-bad')).toBe(0);
+    // a hole, past the first slices: the same
+    const holes = Array.from({ length: 2500 }, (_, i) => ({ task: 'bulk', payload: i, queue: 'copy-bad' }));
+    delete (holes as unknown[])[2300];
+    await expect(db.tusk.enqueueMany(holes)).rejects.toThrow(/^jobs\[2300\]: /);
+    expect(await inQueue('copy-bad')).toBe(0);
+    // a payload schema that refuses one entry of the last slice
+    const even = db.another({
+      tasks: [defineTask('even', { schema: z.number().refine((n) => n % 2 === 0, 'must be even'), handler: () => {} })],
+    });
+    try {
+      const payloads = Array.from({ length: 2500 }, (_, i) => ({
+        task: 'even',
+        payload: i === 2401 ? i : 2 * i,
+        queue: 'copy-bad',
+      }));
+      await expect(even.enqueueMany(payloads)).rejects.toThrow(/^jobs\[2401\]\.payload: .*must be even/);
+      expect(await inQueue('copy-bad')).toBe(0);
+      // the connections are sound after the COPYs that failed
+      const { ids } = await even.enqueueMany(payloads.map((p, i) => ({ ...p, payload: 2 * i })));
+      expect(ids).toHaveLength(2500);
+      expect(await inQueue('copy-bad')).toBe(2500);
+    } finally {
+      await even.close();
+    }
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'copy-bad'`);
+  });
+
+  it('a big batch with a delay, a dedup key or dependencies on any entry takes the general path, which honours them', async () => {
+    const plain = (i: number) => ({ task: 'bulk', payload: i, queue: 'copy-mixed' });
+    const { id: first } = await db.tusk.enqueue('bulk', null, { queue: 'copy-mixed-dep' });
+    const cases: Array<
+      [string, Record<string, unknown>, (id: string, written: { deduplicated?: boolean[] }) => Promise<void>]
+    > = [
+      ['delayMs', { delayMs: 60_000 }, async (id) => expect((await db.tusk.getJob(id))?.state).toBe('scheduled')],
+      [
+        'runAt',
+        { runAt: new Date(Date.now() + 60_000) },
+        async (id) => expect((await db.tusk.getJob(id))?.state).toBe('scheduled'),
+      ],
+      ['dedupKey', { dedupKey: 'copy-mixed-k' }, async (_, w) => expect(w.deduplicated?.at(-1)).toBe(false)],
+      ['dedupe', { dedupe: true }, async (_, w) => expect(w.deduplicated).toHaveLength(600)],
+      [
+        'debounce',
+        { debounce: { key: 'copy-mixed-d', delayMs: 60_000 } },
+        async (id) => expect((await db.tusk.getJob(id))?.state).toBe('scheduled'),
+      ],
+      ['dependsOn', { dependsOn: [first] }, async (id) => expect((await db.tusk.getJob(id))?.waitingOn).toBe(1)],
+    ];
+    for (const [name, options, check] of cases) {
+      const jobs = Array.from({ length: 600 }, (_, i) => (i === 599 ? { ...plain(i), ...options } : plain(i)));
+      const written = await db.tusk.enqueueMany(jobs);
+      expect(written.ids, name).toHaveLength(600);
+      await check(written.ids[599] as string, written);
+      await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'copy-mixed'`);
+    }
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'copy-mixed-dep'`);
   });
 
   it('COPY inside the caller’s transaction commits and rolls back with it', async () => {

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { Queryable } from '../db/queryable.js';
-import { copyJobs } from '../queries/copyJobs.js';
+import { copyJobSlices, copyJobs } from '../queries/copyJobs.js';
 import { insertJobs, insertJobsDedup, insertJobsFlow } from '../queries/insertJobs.js';
 import { hasDedup, hasDependencies, isDelayed, type JobRecord, jsonEntry } from './entries.js';
 
@@ -41,3 +41,40 @@ export async function writeRecords(db: Queryable, schema: string, records: JobRe
 
 /** Records as the JSON array the insert statements read. */
 export const jsonArray = (records: JobRecord[]): string => `[${records.map(jsonEntry).join(',')}]`;
+
+/**
+ * Writes `count` records by COPY on a connection of the pool's, the records coming in
+ * slices that are made (validated) while the ones before are being inserted. A slice
+ * that throws ends the COPY with nothing inserted and that error; the connection, its
+ * COPY failed halfway, is closed rather than given back.
+ */
+export async function copyRecordSlices(
+  pool: pg.Pool,
+  schema: string,
+  count: number,
+  slices: AsyncIterable<JobRecord[]>,
+): Promise<Written> {
+  const client = await pool.connect();
+  try {
+    const ids = await copyJobSlices(client, schema, count, slices);
+    client.release();
+    return { ids };
+  } catch (error) {
+    client.release(error instanceof Error ? error : true);
+    throw error;
+  }
+}
+
+/** Whether a raw entry of enqueueMany asks for nothing COPY cannot write (a delay, a dedup key, dependencies). */
+export const plainEntry = (job: unknown): boolean => {
+  if (job === null || typeof job !== 'object') return false;
+  const o = job as Record<string, unknown>;
+  return (
+    o.runAt === undefined &&
+    o.delayMs === undefined &&
+    o.debounce === undefined &&
+    o.dedupKey === undefined &&
+    !o.dedupe &&
+    o.dependsOn === undefined
+  );
+};
