@@ -366,9 +366,13 @@ export class Tusk<L extends TaskList = TaskList> {
     // a big batch of plain jobs on Tusk's own connections: checked slice by slice while the
     // slices before are being written, so that the checks and the insert overlap (the COPY
     // inserts nothing if an entry fails them, and the error is the same)
-    if (!client && Array.isArray(jobs) && jobs.length >= COPY_MIN_JOBS && Array.from(jobs, plainEntry).every(Boolean)) {
-      const written = await this.#copyMany(jobs);
-      if (written) return written;
+    if (!client && Array.isArray(jobs) && jobs.length >= COPY_MIN_JOBS) {
+      // read once: a caller changing the array meanwhile changes nothing written
+      const list = Array.from(jobs); // holes as undefined, which the general path refuses
+      if (list.every(plainEntry)) {
+        const written = await this.#copyMany(list);
+        if (written) return written;
+      }
     }
     const records = await this.#records(jobs, 'jobs', jobSpecSchema);
     if (records.length === 0) return { ids: [] };
@@ -419,29 +423,38 @@ export class Tusk<L extends TaskList = TaskList> {
 
   /**
    * enqueueMany's big plain batches: written by COPY as they are checked, a slice at a
-   * time. Null when an entry turns out to need the general path after all (which then
-   * checks the batch again and writes it).
+   * time. Only our own checks run while the COPY holds its connection and its statement:
+   * a batch of a task with a payload schema (the caller's code, maybe slow, maybe async,
+   * maybe reading through this Tusk: with the pool's connections all held by such COPYs,
+   * it would wait for one forever) takes the general path, which checks everything before
+   * it takes a connection. Null for the general path, which then checks the batch again
+   * and writes it: a schema, or an entry that turns out to need it after all.
    */
   async #copyMany(jobs: readonly JobSpec[]): Promise<Written | null> {
-    const definition = await this.#definitions(Array.from(jobs, (job) => (job as Partial<JobSpec> | undefined)?.task));
-    const self = this;
-    async function* slices(): AsyncGenerator<JobRecord[]> {
-      for (let from = 0; from < jobs.length; from += COPY_SLICE) {
-        // Array.from visits holes (as undefined), which map would skip
-        const slice = Array.from(jobs.slice(from, from + COPY_SLICE), (job, k) =>
-          self.#record(job, `jobs[${from + k}]`, jobSpecSchema, definition),
-        );
-        await self.#validatePayloads(slice, (k) => `jobs[${from + k}].payload`, definition);
-        if (slice.some((r) => hasDedup(r) || hasDependencies(r) || isDelayed(r))) throw new NotPlain();
-        yield slice;
-      }
-    }
+    const definition = await this.#definitions(jobs.map((job) => job.task));
+    if (jobs.some((job) => typeof job.task === 'string' && definition(job.task)?.schema)) return null;
+    const slice = (from: number) => {
+      const records = jobs
+        .slice(from, from + COPY_SLICE)
+        .map((job, k) => this.#record(job, `jobs[${from + k}]`, jobSpecSchema, definition));
+      if (records.some((r) => hasDedup(r) || hasDependencies(r) || isDelayed(r))) throw new NotPlain();
+      return records;
+    };
     try {
+      // the first slice before a connection is taken: a bad entry there costs no round trip
+      const first = slice(0);
+      const slices = function* () {
+        yield first;
+        for (let from = COPY_SLICE; from < jobs.length; from += COPY_SLICE) yield slice(from);
+      };
       return await this.#write(undefined, (db) =>
         db instanceof pg.Pool ? copyRecordSlices(db, this.schema, jobs.length, slices()) : Promise.resolve(null),
       );
     } catch (error) {
       if (error instanceof NotPlain) return null;
+      // the general path checks every entry before it writes: a bad entry is what it
+      // reports, rather than the database's error (down, schema missing) met first here
+      if (!(error instanceof TuskValidationError)) await this.#records(jobs, 'jobs', jobSpecSchema);
       throw error;
     }
   }

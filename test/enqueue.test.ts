@@ -161,7 +161,8 @@ describe('enqueue', () => {
     delete (holes as unknown[])[2300];
     await expect(db.tusk.enqueueMany(holes)).rejects.toThrow(/^jobs\[2300\]: /);
     expect(await inQueue('copy-bad')).toBe(0);
-    // a payload schema that refuses one entry of the last slice
+    // a payload schema that refuses one entry of the last slice (such batches are checked
+    // whole before they are written: the general path)
     const even = db.another({
       tasks: [defineTask('even', { schema: z.number().refine((n) => n % 2 === 0, 'must be even'), handler: () => {} })],
     });
@@ -181,6 +182,67 @@ describe('enqueue', () => {
       await even.close();
     }
     await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'copy-bad'`);
+  });
+
+  it('a big batch whose payload schema reads through the same Tusk does not wait for a connection it holds', async () => {
+    // the schema's check needs a connection: with both held by two COPYs begun before their
+    // checks, each waited for good
+    const name = `copy-looks-${process.pid}`;
+    const one = db.another({
+      connectionString: `${db.url}${db.url.includes('?') ? '&' : '?'}application_name=${name}`,
+      maxConnections: 2,
+      tasks: [
+        defineTask('looks', {
+          schema: z.number().superRefine(async (n) => {
+            if (n === 700) await one.getJob('1');
+          }),
+          handler: () => {},
+        }),
+      ],
+    });
+    try {
+      const jobs = Array.from({ length: 1500 }, (_, i) => ({ task: 'looks', payload: i, queue: 'copy-looks' }));
+      const written = await Promise.race([
+        Promise.all([one.enqueueMany(jobs), one.enqueueMany(jobs)]),
+        new Promise<null>((resolve) => setTimeout(() => resolve(null), 10_000)),
+      ]);
+      expect(written?.map((w) => w.ids.length)).toEqual([1500, 1500]);
+    } finally {
+      // a pool stuck that way never closes: its connections are cut, so that the test
+      // fails rather than hangs
+      await db.pool.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [name]);
+      await one.close();
+    }
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'copy-looks'`);
+  });
+
+  it('a big batch reports its bad entry before a database error, and is read once', async () => {
+    // no such schema: the general path names the bad entry, which it checks first
+    const nowhere = db.another({ schema: `${db.schema}_missing` });
+    try {
+      const jobs: unknown[] = Array.from({ length: 2500 }, (_, i) => ({ task: 'bulk', payload: i }));
+      jobs[1500] = { task: 'bulk', payload: 1500, priority: 'high' };
+      await expect(nowhere.enqueueMany(jobs as never)).rejects.toThrow(/^jobs\[1500\]\.priority: /);
+    } finally {
+      await nowhere.close();
+    }
+    // an entry whose task, read a second time, adds to the array: what is written is the
+    // array as it was when the call began
+    const jobs: Array<{ task: string; payload: number; queue: string }> = Array.from({ length: 2500 }, (_, i) => ({
+      task: 'bulk',
+      payload: i,
+      queue: 'copy-read-once',
+    }));
+    let reads = 0;
+    Object.defineProperty(jobs[1200], 'task', {
+      get() {
+        if (++reads === 2) jobs.push({ task: 'bulk', payload: 2500, queue: 'copy-read-once' });
+        return 'bulk';
+      },
+    });
+    const { ids } = await db.tusk.enqueueMany(jobs);
+    expect(ids).toHaveLength(2500);
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'copy-read-once'`);
   });
 
   it('a big batch with a delay, a dedup key or dependencies on any entry takes the general path, which honours them', async () => {

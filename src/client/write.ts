@@ -52,7 +52,7 @@ export async function copyRecordSlices(
   pool: pg.Pool,
   schema: string,
   count: number,
-  slices: AsyncIterable<JobRecord[]>,
+  slices: Iterable<JobRecord[]> | AsyncIterable<JobRecord[]>,
 ): Promise<Written> {
   const client = await pool.connect();
   try {
