@@ -350,12 +350,12 @@ export class Tusk<L extends TaskList = TaskList> {
    * Adds many jobs at once; returns their ids in input order. Each entry takes the
    * options of `enqueue` (but `client`, given once for all in `options`). One statement
    * and one NOTIFY per call; big batches (500+ jobs without delays or deduplication, on a
-   * `pg` connection) use COPY, about twice as fast, and without `client` are checked
-   * while they are written (nothing is written if an entry fails). With deduplication
-   * asked for any entry, `deduplicated[i]` says whether entry i matched an existing job
-   * (and such batches take a statement per entry). Entries may have `dependsOn`, of jobs enqueued
-   * before this call (for jobs that depend on each other, see `flow`); then none of them
-   * may be deduplicated or debounced.
+   * `pg` connection) use COPY, about twice as fast, and without `client` or payload
+   * schemas are checked while they are written (nothing is written if an entry fails).
+   * With deduplication asked for any entry, `deduplicated[i]` says whether entry i
+   * matched an existing job (and such batches take a statement per entry). Entries may
+   * have `dependsOn`, of jobs enqueued before this call (for jobs that depend on each
+   * other, see `flow`); then none of them may be deduplicated or debounced.
    *
    * @example
    * const { ids } = await tusk.enqueueMany(users.map((u) => ({ task: 'welcome', payload: { id: u.id } })));
