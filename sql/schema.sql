@@ -1473,8 +1473,9 @@ BEGIN
     v_start := clock_timestamp();
     v_lost := ARRAY(
       SELECT j.id FROM "tusk".jobs j
+      -- of every queue: a tenant's slots count its running jobs in all of them
       WHERE j.state = 'running' AND j.lease_until < now()
-        AND (p_queue IS NULL OR j.queue = p_queue) AND (p_tenant IS NULL OR j.tenant = p_tenant)
+        AND (p_tenant IS NULL OR j.tenant = p_tenant)
       LIMIT 100);
     v_ms := extract(epoch FROM clock_timestamp() - v_start) * 1000;
     PERFORM "tusk".fetch_record(v_queue, v_tenant, v_leases, v_lock, 5, v_start, v_ms, v_turn.last);

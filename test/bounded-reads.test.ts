@@ -255,18 +255,18 @@ describe("the lease API's search for run-out leases, paced by its cost", () => {
 
   it("a fetch of all queues and one of a queue named '' keep their own paces", async () => {
     const e = await leaseRunOut('fetch-paced-e');
-    // all queues: a slow search 10.5 s ago, so the next fetch of all queues is due
-    await db.pool.query(
-      `INSERT INTO ${s}.fetch_searches (queue, tenant, at, ms) VALUES ('*', '*', now() - interval '10500 milliseconds', 1000)`,
-    );
-    await fetchNone(''); // a queue no job has: its own pace, its own quick search
+    // all queues: a slow search just now, so a fetch of all queues is not due for 10 s
+    await db.pool.query(`INSERT INTO ${s}.fetch_searches (queue, tenant, at, ms) VALUES ('*', '*', now(), 1000)`);
+    await db.pool.query(`SELECT id FROM ${s}.fetch_jobs(0, 3600000)`); // all queues: not due
     expect(await stateOf(e)).toBe('running');
+    // a queue no job has: its own pace, due; its search (of every queue: a tenant's slots
+    // count its jobs in all of them) gives the run-out lease back
+    await fetchNone('');
+    expect(await stateOf(e)).toBe('available');
     const [all] = await db.rows<{ ms: number }>(
       `SELECT ms FROM $schema.fetch_searches WHERE queue = '*' AND tenant = '*' ORDER BY seq DESC LIMIT 1`,
     );
     expect(all?.ms).toBe(1000); // the pace of all queues is where it was
-    await db.pool.query(`SELECT id FROM ${s}.fetch_jobs(0, 3600000)`); // all queues: due
-    expect(await stateOf(e)).toBe('available');
   });
 
   it('one fetch of a queue searches at a time: while another holds the search, a due fetch leaves the lease', async () => {

@@ -69,6 +69,29 @@ describe('with SQL consumers alone, no Tusk process', () => {
     expect((await db.tusk.getJob(id))?.errors[0]?.message).toBe('lease expired before the job finished');
   });
 
+  it("a lease run out in one queue frees its tenant's slot for a fetch from another queue", async () => {
+    await db.tusk.tenants.set('sql-slot', { slots: 1 });
+    const a = await sqlEnqueue('a', { queue: 'sql-slot-a', tenant: 'sql-slot' });
+    const b = await sqlEnqueue('b', { queue: 'sql-slot-b', tenant: 'sql-slot' });
+    const fetch = async (queue: string) =>
+      (
+        await db.pool.query<{ id: string }>(
+          `SELECT id::text FROM "${db.schema}".fetch_jobs(1, 60000, $1, 'sql-slot')`,
+          [queue],
+        )
+      ).rows[0]?.id ?? null;
+    expect(await fetch('sql-slot-a')).toBe(a);
+    expect(await fetch('sql-slot-b')).toBeNull(); // its one slot is taken
+    await comeDue('lease_until', a);
+    await db.clockPast('SELECT lease_until FROM $schema.jobs WHERE id = $1', [a]);
+    // before, only a fetch from sql-slot-a gave that lease back: a consumer of it that died
+    // for good held the tenant's slot against every other queue
+    expect(await fetch('sql-slot-b')).toBe(b);
+    expect(await db.tusk.getJob(a)).toMatchObject({ state: 'available', attempts: 1 });
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE tenant = 'sql-slot'`);
+    await db.tusk.tenants.set('sql-slot', { slots: null });
+  });
+
   it('a job out of attempts whose lease ran out ends dead at the next fetch', async () => {
     const id = await sqlEnqueue('dies', { queue: 'sql-dead', maxAttempts: 1 });
     expect((await sqlFetch('sql-dead', 200))?.id).toBe(id);
