@@ -1468,6 +1468,10 @@ DECLARE
   v_lost bigint[];
   v_promoted integer;
 BEGIN
+  IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
+    PERFORM "tusk".arg_refuse('lease_ms', format(
+      'must be a lease length in milliseconds, 1 or more (got %s)', coalesce(p_lease_ms::text, 'NULL')));
+  END IF;
   v_turn := "tusk".fetch_turn(v_queue, v_tenant, v_leases, v_lock, 5);
   IF v_turn.due THEN
     v_start := clock_timestamp();

@@ -331,6 +331,25 @@ describe('Disque-style leases for external workers', () => {
     expect((await db.tusk.getJob(leased?.id as string))?.state).toBe('running');
   });
 
+  it('fetch_jobs without a lease length, or with one under 1 ms, is refused and leases nothing', async () => {
+    // a NULL lease end never runs out, and a fetched job has no worker whose death gives it
+    // back: the job stayed running for good, its tenant's slot with it
+    const { id } = await db.tusk.enqueue('sql-task', {}, { queue: 'ext-no-lease' });
+    for (const ms of [null, 0, -5]) {
+      await expect(db.rows(`SELECT id FROM $schema.fetch_jobs(1, $1, 'ext-no-lease')`, [ms])).rejects.toThrow(
+        /lease_ms must be a lease length in milliseconds, 1 or more/,
+      );
+    }
+    await db.rows('SELECT $schema.maintain()');
+    expect((await db.tusk.getJob(id))?.state).toBe('available');
+    const [leased] = await db.rows<{ id: string; lease_until: Date | null }>(
+      `SELECT id, lease_until FROM $schema.fetch_jobs(1, 30000, 'ext-no-lease')`,
+    );
+    expect(leased?.id).toBe(id);
+    expect(leased?.lease_until).toBeInstanceOf(Date);
+    await db.tusk.cancel(id);
+  });
+
   it('extend_lease and working without a duration are refused, and the lease runs on as it was', async () => {
     // a NULL lease end matched neither a lease that ran out nor a dead worker's job: the
     // job stayed running for good
