@@ -99,7 +99,6 @@ describe('crash recovery', () => {
         20_000,
       );
       frozen.kill('SIGSTOP');
-      const stoppedAt = Date.now();
       // another worker takes the jobs over once their leases have run out
       const other = db.worker({
         queues: ['frozen'],
@@ -117,12 +116,19 @@ describe('crash recovery', () => {
         async () => (await db.rows('SELECT 1 FROM $schema.jobs WHERE queue = $1', ['frozen'])).length === 0,
         20_000,
       );
+      // what it started before it was stopped, read once every job went to the other worker
+      // (a lease later): a start whose INSERT was on its way as the signal came lands after
+      // the stop by the database's clock, and was taken for a start after waking
+      const before = await db.rows<{ start: string }>(
+        `SELECT job_id || ':' || attempt AS start FROM $schema.executions WHERE pid = $1`,
+        [frozen.pid],
+      );
       frozen.kill('SIGCONT');
       await new Promise((r) => setTimeout(r, 1500)); // it wakes, finishes its job, looks at its buffer
       await other.stop();
       const late = await db.rows<{ job_id: string }>(
-        `SELECT job_id::text FROM $schema.executions WHERE pid = $1 AND at > to_timestamp($2 / 1000.0)`,
-        [frozen.pid, stoppedAt],
+        `SELECT job_id::text FROM $schema.executions WHERE pid = $1 AND NOT (job_id || ':' || attempt = ANY($2::text[]))`,
+        [frozen.pid, before.map((r) => r.start)],
       );
       expect(late, 'jobs the frozen worker started after waking up').toEqual([]);
       const history = await db.rows<{ id: string; attempts: number }>(
