@@ -1,12 +1,14 @@
--- fetch_jobs refuses a lease without a length.
+-- fetch_jobs refuses a lease without a length, and a count of NULL.
 --
 -- fetch_jobs(count, NULL, ...) leased its jobs with lease_until NULL: a NULL lease end is
 -- never "run out" (lease_until < now() is NULL), and a fetched job has no worker whose
 -- death would give it back, so the job stayed running for good, its tenant's slot with
 -- it (extend_lease had the same fault, mended by 000048). A lease of 0 or less was over as
--- it was handed out: the next look gave the job back, an attempt counted. Both are now
--- refused with the argument named, before anything is read or written. The library and
--- the HTTP API already refused them. The body is 000062's but for that check.
+-- it was handed out: the next look gave the job back, an attempt counted. And
+-- fetch_jobs(NULL, ...) leased every available job of the queue (a NULL limit is no
+-- limit). All are now refused with the argument named, before anything is read or
+-- written; a count of 0 or less still leases nothing. The library and the HTTP API
+-- already refused them. The body is 000062's but for these checks.
 
 CREATE OR REPLACE FUNCTION :SCHEMA.fetch_jobs(
   p_count integer, p_lease_ms integer, p_queue text DEFAULT NULL, p_tenant text DEFAULT NULL
@@ -29,6 +31,9 @@ DECLARE
   v_lost bigint[];
   v_promoted integer;
 BEGIN
+  IF p_count IS NULL THEN
+    PERFORM :SCHEMA.arg_refuse('count', 'must be given (how many jobs to lease at most)');
+  END IF;
   IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
     PERFORM :SCHEMA.arg_refuse('lease_ms', format(
       'must be a lease length in milliseconds, 1 or more (got %s)', coalesce(p_lease_ms::text, 'NULL')));

@@ -1468,6 +1468,9 @@ DECLARE
   v_lost bigint[];
   v_promoted integer;
 BEGIN
+  IF p_count IS NULL THEN
+    PERFORM "tusk".arg_refuse('count', 'must be given (how many jobs to lease at most)');
+  END IF;
   IF p_lease_ms IS NULL OR p_lease_ms < 1 THEN
     PERFORM "tusk".arg_refuse('lease_ms', format(
       'must be a lease length in milliseconds, 1 or more (got %s)', coalesce(p_lease_ms::text, 'NULL')));

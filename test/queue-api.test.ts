@@ -331,7 +331,7 @@ describe('Disque-style leases for external workers', () => {
     expect((await db.tusk.getJob(leased?.id as string))?.state).toBe('running');
   });
 
-  it('fetch_jobs without a lease length, or with one under 1 ms, is refused and leases nothing', async () => {
+  it('fetch_jobs without a lease length, or with one under 1 ms, or without a count, is refused and leases nothing', async () => {
     // a NULL lease end never runs out, and a fetched job has no worker whose death gives it
     // back: the job stayed running for good, its tenant's slot with it
     const { id } = await db.tusk.enqueue('sql-task', {}, { queue: 'ext-no-lease' });
@@ -340,6 +340,10 @@ describe('Disque-style leases for external workers', () => {
         /lease_ms must be a lease length in milliseconds, 1 or more/,
       );
     }
+    // a NULL count was no limit: every available job of the queue was leased
+    await expect(db.rows(`SELECT id FROM $schema.fetch_jobs(NULL, 30000, 'ext-no-lease')`)).rejects.toThrow(
+      /count must be given/,
+    );
     await db.rows('SELECT $schema.maintain()');
     expect((await db.tusk.getJob(id))?.state).toBe('available');
     const [leased] = await db.rows<{ id: string; lease_until: Date | null }>(
