@@ -536,11 +536,13 @@ describe('worker', () => {
 
   it('cancels a running job: its signal aborts and it ends cancelled', async () => {
     let aborted: unknown = null;
+    let started = false;
     const worker = db.worker({
       queues: ['cancel'],
       tasks: {
         long: (_p, ctx) =>
           new Promise((_resolve, reject) => {
+            started = true;
             ctx.signal.addEventListener('abort', () => {
               aborted = ctx.signal.reason;
               reject(ctx.signal.reason);
@@ -550,7 +552,8 @@ describe('worker', () => {
     });
     await worker.start();
     const { id } = await db.tusk.enqueue('long', {}, { queue: 'cancel' });
-    await eventually(async () => (await stateOf(id)) === 'running');
+    // its handler running, not only its row claimed (a job held ahead ends cancelled unstarted)
+    await eventually(() => started);
     expect(await db.tusk.cancel(id)).toBe('running');
     const job = (await finished(id)) as Job;
     await worker.stop();
@@ -665,10 +668,12 @@ describe('throughput options', () => {
 
 describe('graceful stop', () => {
   it('lets running jobs finish within the grace period', async () => {
+    let started = false;
     const worker = db.worker({
       queues: ['stop1'],
       tasks: {
         slow: async () => {
+          started = true;
           // running on once stop() waits (no event marks that): a stop stalled 300 ms first would hide an early abort
           await sleep(300);
           return 'done';
@@ -677,12 +682,14 @@ describe('graceful stop', () => {
     });
     await worker.start();
     const { id } = await db.tusk.enqueue('slow', {}, { queue: 'stop1' });
-    await eventually(async () => (await stateOf(id)) === 'running');
+    // its handler running, not only its row claimed (a job held ahead is handed back unstarted)
+    await eventually(() => started);
     await worker.stop();
     expect(await db.tusk.getJob(id)).toMatchObject({ state: 'succeeded', result: 'done' });
   });
 
   it('aborts and releases jobs still running after the grace period (attempt counted)', async () => {
+    let started = false;
     let signalled = false;
     const worker = db.worker({
       queues: ['stop2'],
@@ -690,6 +697,7 @@ describe('graceful stop', () => {
       tasks: {
         stuck: (_p, ctx) =>
           new Promise(() => {
+            started = true;
             ctx.signal.addEventListener('abort', () => {
               signalled = true;
             });
@@ -698,7 +706,9 @@ describe('graceful stop', () => {
     });
     await worker.start();
     const { id } = await db.tusk.enqueue('stuck', {}, { queue: 'stop2' });
-    await eventually(async () => (await stateOf(id)) === 'running');
+    // its handler running, not only its row claimed: a job the stop finds still held
+    // ahead is handed back unstarted, and no handler hears an abort (a failed run)
+    await eventually(() => started);
     // the handler never settles: stop() returns only because the grace period ends it
     await worker.stop();
     expect(signalled).toBe(true);
@@ -709,14 +719,21 @@ describe('graceful stop', () => {
   });
 
   it('a job aborted at the stop with no attempt left ends dead, not retried past maxAttempts', async () => {
+    let started = false;
     const worker = db.worker({
       queues: ['stop-last'],
       shutdownTimeoutMs: 200,
-      tasks: { stuck: () => new Promise(() => {}) },
+      tasks: {
+        stuck: () =>
+          new Promise(() => {
+            started = true;
+          }),
+      },
     });
     await worker.start();
     const { id } = await db.tusk.enqueue('stuck', {}, { queue: 'stop-last', maxAttempts: 1 });
-    await eventually(async () => (await stateOf(id)) === 'running');
+    // its handler running, not only its row claimed (a job held ahead is handed back unstarted)
+    await eventually(() => started);
     await worker.stop();
     const job = await db.tusk.getJob(id);
     expect(job).toMatchObject({ state: 'dead', attempts: 1 });
