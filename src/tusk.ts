@@ -1,4 +1,4 @@
-import pg from 'pg';
+import type pg from 'pg';
 import { z } from 'zod';
 import { hasDedup, hasDependencies, isDelayed, type JobRecord, jobRecord } from './client/entries.js';
 import { jobId, toClaimed, toJob } from './client/jobs.js';
@@ -447,9 +447,8 @@ export class Tusk<L extends TaskList = TaskList> {
         yield first;
         for (let from = COPY_SLICE; from < jobs.length; from += COPY_SLICE) yield slice(from);
       };
-      return await this.#write(undefined, (db) =>
-        db instanceof pg.Pool ? copyRecordSlices(db, this.schema, jobs.length, slices()) : Promise.resolve(null),
-      );
+      const pool = await this.pool();
+      return await this.#write(pool, () => copyRecordSlices(pool, this.schema, jobs.length, slices()));
     } catch (error) {
       if (error instanceof NotPlain) return null;
       // the general path checks every entry before it writes: a bad entry is what it

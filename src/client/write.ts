@@ -27,14 +27,7 @@ export async function writeRecords(db: Queryable, schema: string, records: JobRe
   }
   if (records.length >= COPY_MIN_JOBS && !records.some(isDelayed)) {
     if (db instanceof pg.Client) return { ids: await copyJobs(db, schema, records) };
-    if (db instanceof pg.Pool) {
-      const client = await db.connect();
-      try {
-        return { ids: await copyJobs(client, schema, records) };
-      } finally {
-        client.release();
-      }
-    }
+    if (db instanceof pg.Pool) return copyRecordSlices(db, schema, records.length, [records]);
   }
   return { ids: await insertJobs(db, schema, jsonArray(records)) };
 }

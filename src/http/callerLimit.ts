@@ -49,9 +49,4 @@ export class CallerLimit {
       else this.#held.delete(key);
     };
   }
-
-  /** What `key` holds now (for tests). */
-  held(key: string): number {
-    return this.#held.get(key) ?? 0;
-  }
 }
