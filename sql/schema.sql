@@ -1437,6 +1437,9 @@ BEGIN
   IF p_ms IS NULL THEN
     PERFORM "tusk".arg_refuse('ms', 'must be given (the lease''s new length in milliseconds)');
   END IF;
+  IF p_ms < 1 THEN
+    PERFORM "tusk".arg_refuse('ms', format('must be a lease length in milliseconds, 1 or more (got %s)', p_ms));
+  END IF;
   UPDATE "tusk".jobs SET lease_until = clock_timestamp() + p_ms * interval '1 millisecond'
   WHERE id = p_id AND lease_token = p_token AND state = 'running'
   RETURNING lease_until INTO v_until;
@@ -3300,6 +3303,9 @@ CREATE FUNCTION tusk.working(p_id bigint, p_token bigint, p_ms integer, OUT leas
 BEGIN
   IF p_ms IS NULL THEN
     PERFORM "tusk".arg_refuse('ms', 'must be given (the lease''s new length in milliseconds)');
+  END IF;
+  IF p_ms < 1 THEN
+    PERFORM "tusk".arg_refuse('ms', format('must be a lease length in milliseconds, 1 or more (got %s)', p_ms));
   END IF;
   UPDATE "tusk".jobs j SET lease_until = clock_timestamp() + p_ms * interval '1 millisecond'
   WHERE j.id = p_id AND j.lease_token = p_token AND j.state = 'running'

@@ -187,6 +187,7 @@ describe('payloads', () => {
     await refused('POST', ack, { body: { token: '9999999999999999999' } }, 'body.token', /up to 9223372036854775807/);
     await refused('POST', nack, { raw: `{"token":"${token}","error":"a\\u0000"}` }, 'body.error', /NUL/);
     await refused('POST', `/api/jobs/${id}/extend`, { body: { token, leaseMs: -1 } }, 'body.leaseMs');
+    await refused('POST', `/api/jobs/${id}/extend`, { body: { token, leaseMs: 0 } }, 'body.leaseMs', /at least 1/);
     expect((await send('POST', ack, { body: { token, result: { ok: '✓' } } })).status).toBe(200);
     expect((await db.tusk.getJob(id))?.result).toEqual({ ok: '✓' });
   });

@@ -573,6 +573,7 @@ describe('worker options and task definitions', () => {
     await expectRefused(db, () => tusk.ack({ id: '1', token: tooBig }), 'lease.token', /up to 9223372036854775807/);
     await expectRefused(db, () => tusk.nack({ id: tooBig, token: '1' }), 'lease.id', /up to 9223372036854775807/);
     await expectRefused(db, () => tusk.extendLease({ id: '1', token: '1' }, 0), 'ms', /from 1/);
+    await expectRefused(db, () => tusk.working({ id: '1', token: '1' }, -5), 'ms', /from 1/);
     await expectRefused(db, () => tusk.stats({ window: 5 } as never), 'options', /did you mean "windowMs"/);
     await expectRefused(db, () => tusk.stats({ windowMs: -1 }), 'options.windowMs', /from 0/);
     await expectRefused(db, () => tusk.retryAll({ state: 'succeeded' as never }), 'filter.state');

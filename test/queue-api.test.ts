@@ -354,9 +354,10 @@ describe('Disque-style leases for external workers', () => {
     await db.tusk.cancel(id);
   });
 
-  it('extend_lease and working without a duration are refused, and the lease runs on as it was', async () => {
+  it('extend_lease and working without a duration, or with one under 1 ms, are refused, and the lease runs on as it was', async () => {
     // a NULL lease end matched neither a lease that ran out nor a dead worker's job: the
-    // job stayed running for good
+    // job stayed running for good; one of 0 or less was over at once, and the next upkeep
+    // took the job back from the worker still on it
     await db.tusk.enqueue('sql-task', {}, { queue: 'ext-null-ms' });
     const [leased] = await db.rows<{ id: string; lease_token: string; lease_until: Date }>(
       `SELECT id, lease_token, lease_until FROM $schema.fetch_jobs(1, 50, 'ext-null-ms')`,
@@ -368,6 +369,13 @@ describe('Disque-style leases for external workers', () => {
     await expect(
       db.rows('SELECT * FROM $schema.working($1, $2, NULL)', [leased.id, leased.lease_token]),
     ).rejects.toThrow(/ms must be given/);
+    for (const ms of [0, -5]) {
+      for (const call of ['SELECT $schema.extend_lease($1, $2, $3)', 'SELECT * FROM $schema.working($1, $2, $3)']) {
+        await expect(db.rows(call, [leased.id, leased.lease_token, ms])).rejects.toThrow(
+          `ms must be a lease length in milliseconds, 1 or more (got ${ms})`,
+        );
+      }
+    }
     const [held] = await db.rows<{ lease_until: Date | null }>('SELECT lease_until FROM $schema.jobs WHERE id = $1', [
       leased.id,
     ]);
