@@ -137,6 +137,7 @@ describe('GET /api/events', () => {
       const over = await open(acme);
       expect(over.status).toBe(429);
       expect(((await over.json()) as { error: { code: string } }).error.code).toBe('too_many_streams');
+      expect(over.headers.get('retry-after')).toBe('1');
       // the admin is not counted (an app behind its own auth serves all its users with it)
       for (let i = 0; i < 17; i++) {
         const mine = await open(admin);

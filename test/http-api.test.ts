@@ -95,6 +95,8 @@ describe('HTTP API', () => {
     expect(documented).toEqual([...new Set(served)]);
     expect(documented.length).toBeGreaterThanOrEqual(21);
     for (const ops of Object.values(doc.paths)) for (const op of Object.values(ops)) expect(op.responses).toBeTruthy();
+    // the long poll's 429 (too_many_waits, or the rate limit's) carries Retry-After
+    expect(doc.paths['/api/jobs/{id}']?.get?.responses['429']).toMatchObject({ headers: { 'Retry-After': {} } });
   });
 
   it('auth: no token, a wrong token, a revoked token get 401; a tenant token gets 403 on admin routes', async () => {

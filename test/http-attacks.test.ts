@@ -485,6 +485,8 @@ describe("6. one tenant's heavy reads do not slow the others", () => {
       answered.map(async (r) => `${r.status} ${((await r.json()) as { error: { code: string } }).error.code}`),
     );
     expect(codes).toEqual(codes.map(() => '429 too_many_waits'));
+    // when to ask again, as the rate limit's 429 says (before, no Retry-After)
+    expect(answered.map((r) => r.headers.get('retry-after'))).toEqual(answered.map(() => '1'));
     const other = await db.tusk.enqueue('t', null, { tenant: 'bravo', queue: 'attack-waits-b' });
     const bravoPoll = await poll(bravo, other.id, 50);
     expect(bravoPoll.status).toBe(200);

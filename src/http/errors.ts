@@ -11,13 +11,14 @@ import {
 } from '../errors.js';
 import type { Logger } from '../log.js';
 
-/** An error answered with its status: `{ error: { code, message, field? } }`. */
+/** An error answered with its status: `{ error: { code, message, field? } }`, and `headers` if any. */
 export class HttpError extends Error {
   constructor(
     readonly status: ContentfulStatusCode,
     readonly code: string,
     message: string,
     readonly field?: string,
+    readonly headers?: Record<string, string>,
   ) {
     super(message);
   }
@@ -55,7 +56,7 @@ export function errorHandler(log: Logger) {
     }
     const body: { code: string; message: string; field?: string } = { code: e.code, message: e.message };
     if (e.field !== undefined) body.field = e.field;
-    return c.json({ error: body }, e.status);
+    return c.json({ error: body }, e.status, e.headers);
   };
 }
 

@@ -10,6 +10,11 @@ const PATH_PARAMS: Record<string, z.ZodType> = {
   name: scheduleParam,
 };
 
+const RETRY_AFTER = {
+  description: 'seconds to wait before asking again',
+  schema: { type: 'integer', minimum: 1 },
+};
+
 function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): Record<string, unknown> {
   const { $schema: _, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>;
   return rest;
@@ -48,6 +53,8 @@ function operation(e: Endpoint) {
       description: "over the token's request rate: see Retry-After",
       content: json(errorSchema, 'output'),
     };
+    // every 429 says when to ask again: the rate limit's, and those of held requests (CallerLimit)
+    responses[429] = { ...(responses[429] as object), headers: { 'Retry-After': RETRY_AFTER } };
     responses[503] ??= {
       description: 'no token is live: the server refuses every request until one is created',
       content: json(errorSchema, 'output'),

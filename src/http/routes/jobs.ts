@@ -237,7 +237,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
       responses: {
         200: { description: 'an event stream', contentType: 'text/event-stream' },
         429: {
-          description: `over the token's request rate (see Retry-After), or a tenant token holding ${MAX_STREAMS_PER_CALLER} streams already (too_many_streams)`,
+          description: `over the token's request rate, or a tenant token holding ${MAX_STREAMS_PER_CALLER} streams already (too_many_streams); either way, see Retry-After`,
           schema: errorSchema,
         },
       },
@@ -315,7 +315,7 @@ export function jobEndpoints(api: Api): Endpoint[] {
         400: invalidDoc,
         404: jobNotFoundDoc,
         429: {
-          description: `over the token's request rate (see Retry-After), or a tenant token holding ${MAX_LONG_POLLS_PER_CALLER} long polls already (too_many_waits)`,
+          description: `over the token's request rate, or a tenant token holding ${MAX_LONG_POLLS_PER_CALLER} long polls already (too_many_waits); either way, see Retry-After`,
           schema: errorSchema,
         },
       },
