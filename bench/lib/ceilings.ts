@@ -6,6 +6,7 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { openPeer, redisUrl, TASK } from '../peers/index.js';
+import { cpuOf, cpuTotal } from './cpu.js';
 
 export const CEILING_CONNECTIONS = 4;
 export const CEILING_BATCH = 500;
@@ -16,6 +17,10 @@ export interface CeilingDrain {
   remaining: number;
   /** Rows in the history table at the end (null for the bare DELETE). */
   history: number | null;
+  /** CPU seconds of the drain's PostgreSQL backends (null when the server is not on this machine). */
+  backendCpu: number | null;
+  /** CPU seconds of this process during the drain (the ceiling's client). */
+  clientCpu: number;
 }
 
 const SCHEMA = 'bench_ceiling';
@@ -85,8 +90,13 @@ export async function drainCeiling(
     const step = keepHistory ? withHistory : bare;
 
     const clients = await Promise.all(Array.from({ length: CEILING_CONNECTIONS }, () => pool.connect()));
+    const pids = await Promise.all(
+      clients.map(async (c) => (await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid ?? 0),
+    );
     let done = 0;
     const tick = setInterval(() => say(`drain ${done.toLocaleString('en')}/${jobs.toLocaleString('en')}`), 500);
+    const backendCpu = cpuOf(pids);
+    const clientCpu = process.cpuUsage();
     const t0 = performance.now();
     try {
       const loop = async (client: pg.PoolClient) => {
@@ -106,9 +116,10 @@ export async function drainCeiling(
       for (const c of clients) c.release();
     }
     const ms = performance.now() - t0;
+    const cpu = { backendCpu: backendCpu.stop(), clientCpu: cpuTotal(process.cpuUsage(clientCpu)) };
     const count = async (table: string) =>
       Number((await pool.query<{ n: string }>(`SELECT count(*) AS n FROM ${table}`)).rows[0]?.n);
-    return { done, ms, remaining: await count(t), history: keepHistory ? await count(h) : null };
+    return { done, ms, remaining: await count(t), history: keepHistory ? await count(h) : null, ...cpu };
   } finally {
     await pool.query(`DROP SCHEMA IF EXISTS ${SCHEMA} CASCADE`).catch(() => {});
     await pool.end();

@@ -2,11 +2,13 @@
 // backends' CPU (read from /proc: the server must run on this machine), and what the
 // backends do, sampled every 20 ms from pg_stat_activity: waiting (and on what) or on CPU,
 // and in which statement. Answers "what bounds the drain": the worker, or which query.
-import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { renderTable } from '../../src/cli/table.js';
 import { dropSchema } from '../../src/migrate/migrate.js';
+import { drainCeiling } from '../lib/ceilings.js';
+import { cpuSeconds, cpuTotal } from '../lib/cpu.js';
 import { serverInfo, status, statusDone } from '../lib/env.js';
 import { Tusk } from '../lib/tusk.js';
 import { TUSK_TUNED } from '../peers/tusk.js';
@@ -18,17 +20,6 @@ export interface ProfileOptions {
 
 const SCHEMA = 'bench_profile';
 const SAMPLE_MS = 20;
-const TICKS_PER_S = 100; // USER_HZ of /proc/<pid>/stat
-
-/** User + system CPU seconds of a process, or null when it is not on this machine. */
-function cpuSeconds(pid: number): number | null {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
-    return (Number(fields[11]) + Number(fields[12])) / TICKS_PER_S;
-  } catch {
-    return null;
-  }
-}
 
 const byCount = (m: Map<string, number>, samples: number) =>
   [...m]
@@ -105,7 +96,7 @@ export async function profile(o: ProfileOptions): Promise<void> {
     await worker.stop();
     sampling = false;
     await sampler;
-    const workerCpu = (cpu.user + cpu.system) / 1e6;
+    const workerCpu = cpuTotal(cpu);
     const backendCpu = [...backends.values()].reduce((sum, b) => sum + (b.last - b.first), 0);
     const share = (s: number) => `${s.toFixed(2)} s (${Math.round((100 * s) / seconds)} % of a core)`;
     console.log(
@@ -122,9 +113,57 @@ export async function profile(o: ProfileOptions): Promise<void> {
     console.log(renderTable(['waiting on', 'backends'], byCount(waits, samples)));
     console.log();
     console.log(renderTable(['statement', 'backends'], byCount(statements, samples)));
+    await ceilingBound(o, { seconds, workerCpu, backendCpu: backends.size > 0 ? backendCpu : null });
   } finally {
     await tusk.close();
     await dropSchema(observer, SCHEMA);
     await observer.end();
   }
+}
+
+/**
+ * The ceiling keeping history, its CPU a job beside the drain's, and what that bounds: a
+ * drain whose server work were no more than the ceiling's, with this worker's CPU a job,
+ * cannot pass all cores divided by the two costs added. It is an upper bound (waits on
+ * I/O and locks only lower it), so a drain goal above it is out of reach on this machine.
+ */
+async function ceilingBound(
+  o: ProfileOptions,
+  drain: { seconds: number; workerCpu: number; backendCpu: number | null },
+): Promise<void> {
+  const c = await drainCeiling(o.url, o.jobs, true, (s) => status(`profile · ceiling keeping history · ${s}`));
+  statusDone();
+  const us = (s: number | null, jobs: number) => (s === null ? null : (1e6 * s) / jobs);
+  const f = (v: number | null) => (v === null ? '-' : v.toFixed(1));
+  const rate = (jobs: number, s: number) => Math.round(jobs / s);
+  const tusk = {
+    rate: rate(o.jobs, drain.seconds),
+    server: us(drain.backendCpu, o.jobs),
+    client: us(drain.workerCpu, o.jobs),
+  };
+  const ceiling = {
+    rate: rate(c.done, c.ms / 1000),
+    server: us(c.backendCpu, c.done),
+    client: us(c.clientCpu, c.done),
+  };
+  console.log(
+    `\nCPU a job, beside the ceiling that keeps history (${c.done.toLocaleString('en')} jobs, 4 connections × 500):\n`,
+  );
+  console.log(
+    renderTable(
+      ['drain', 'jobs/s', 'server µs a job', 'client µs a job'],
+      [
+        ['Tusk tuned', String(tusk.rate), f(tusk.server), f(tusk.client)],
+        ['ceiling keeping history', String(ceiling.rate), f(ceiling.server), f(ceiling.client)],
+      ],
+    ),
+  );
+  if (ceiling.server === null || tusk.client === null) return;
+  const cores = availableParallelism();
+  const bound = Math.round((cores * 1e6) / (ceiling.server + tusk.client));
+  console.log(
+    `\nBound on ${cores} cores: a drain whose server work cost what the ceiling's does, with this worker's ${f(tusk.client)} µs a job,` +
+      `\nruns at most ${cores} × 10^6 / (${f(ceiling.server)} + ${f(tusk.client)}) = ${bound.toLocaleString('en')} jobs/s,` +
+      ` ${(bound / ceiling.rate).toFixed(2)} of the ceiling's rate in this run.`,
+  );
 }
