@@ -2,6 +2,7 @@ import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import type { Job, JobContext } from '../src/index.js';
+import { Gate } from './gate.js';
 import { eventually, sleep, useSessions, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
@@ -626,6 +627,84 @@ describe('worker', () => {
     await worker.stop();
     expect(aborted).toBe(false);
     expect(job).toMatchObject({ state: 'succeeded', result: 'done' });
+  });
+
+  it("cancels a job whose cancel was heard before its claim's answer came: it never runs", async () => {
+    // The claim commits, then the cancel, whose notification reaches the worker's listening
+    // connection before the claim's answer (held at a gate) reaches the worker. Before, the
+    // job was held with no cancel heard of it and started on its claim alone: its handler
+    // ran, to be aborted by the next heartbeat.
+    const gate = await Gate.open(db.url);
+    // the pool through the gate, its connections kept (a new one would be held at its
+    // startup); the listening connection, which takes the pool's settings, straight there
+    const gated = new pg.Pool({ connectionString: gate.url, max: 8, idleTimeoutMillis: 0 });
+    const pool = new Proxy(gated, {
+      get(target, key) {
+        if (key === 'options') return { ...target.options, connectionString: db.url };
+        const value = Reflect.get(target, key, target);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const tusk = db.another({ pool });
+    const ran: string[] = [];
+    const worker = db.worker(
+      {
+        queues: ['cancel-in-flight'],
+        concurrency: 1,
+        // its claim loops sleep until a job is announced, and no upkeep of its own holds a connection
+        pollMs: 60_000,
+        maintenanceMs: 600_000,
+        tasks: {
+          long: (_p, ctx) => {
+            ran.push(ctx.job.id);
+            return new Promise((_resolve, reject) => {
+              ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason));
+            });
+          },
+        },
+      },
+      tusk,
+    );
+    const probe = await session();
+    let heard = 0;
+    probe.on('notification', () => {
+      heard++;
+    });
+    await probe.query(`LISTEN "${db.schema}:cancel"`);
+    // the claim loops asleep: none of the pool's connections busy for longer than their look-agains last
+    const quiet = async () =>
+      (
+        await db.rows(
+          `SELECT 1 FROM pg_stat_activity WHERE client_port = ANY($1)
+           AND (state <> 'idle' OR state_change > clock_timestamp() - interval '600 ms')`,
+          [gate.ports()],
+        )
+      ).length === 0;
+    try {
+      await Promise.all(Array.from({ length: 8 }, () => gated.query('SELECT pg_sleep(0.01)')));
+      await worker.start();
+      for (let round = 0; round < 5; round++) {
+        await eventually(quiet);
+        gate.hold();
+        const { id } = await db.tusk.enqueue('long', {}, { queue: 'cancel-in-flight' });
+        // its claim committed, its answer held at the gate
+        await eventually(async () => (await stateOf(id)) === 'running');
+        const before = heard;
+        expect(await db.tusk.cancel(id)).toBe('running');
+        // the worker hears it when the probe does (a moment more for the worker)
+        await eventually(() => heard > before);
+        await sleep(50);
+        gate.release();
+        expect(await finished(id)).toMatchObject({ state: 'cancelled' });
+        expect(ran).toEqual([]);
+      }
+    } finally {
+      gate.release();
+      await worker.stop();
+      await tusk.close();
+      await gated.end();
+      await gate.close();
+    }
   });
 
   it('a notification of a cancel no one asked for, of a job held ahead, holds it back one heartbeat: it then runs', async () => {

@@ -32,8 +32,9 @@ export class ActiveJob {
   /** The lease was lost: whatever the handler returns is dropped. */
   lost = false;
   /**
-   * performance.now() when a cancel of this job was announced (0: never). Held ahead, it
-   * starts only once a heartbeat sent after that has read the job's row and not cancelled it.
+   * performance.now() when a cancel of this job was announced (0: never), or when it was
+   * held if announced before (its claim's answer on its way). Held ahead, it starts only
+   * once a heartbeat sent after that has read the job's row and not cancelled it.
    */
   cancelHeardAt = 0;
   /**

@@ -97,7 +97,8 @@ export class Heartbeats {
    * Whether `job`, held ahead, may start: the listening connection is up, and the job's
    * lease was confirmed within half a lease and since that connection was last lost (a
    * claim answered after that loss may hold jobs already reaped as a dead worker's), and
-   * since a cancel of it was announced (the heartbeat reads whether it was).
+   * since a cancel of it was announced (the heartbeat reads whether it was; announced
+   * before the job was held, since it was held).
    * While the connection is down, nothing held ahead starts: the beats over the pool
    * keep the worker alive only as long as they go on, a second at a time.
    */

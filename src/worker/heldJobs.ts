@@ -4,6 +4,9 @@ import type { ActiveJob } from './activeJob.js';
 import type { WorkerCounters } from './counters.js';
 import { Fifo } from './fifo.js';
 
+/** At most this many cancels of jobs not held are remembered (see HeldJobs.#heardUnheld). */
+const HEARD_UNHELD_MAX = 10_000;
+
 /**
  * The jobs whose lease a worker holds: those claimed ahead, not started yet (in claim
  * order), and those running. What ends an attempt early (a cancel, a lease lost, run
@@ -20,6 +23,14 @@ export class HeldJobs {
   readonly #running = new Map<string, ActiveJob>();
   /** A shutdown waiting for the running attempts to end. */
   #settledWaiters: Array<() => void> = [];
+  /**
+   * Cancels announced of jobs not held here: job id → performance.now() when heard, in
+   * the order heard. A claim's answer may still be on its way with the job (the claim
+   * committed, then the cancel, whose notification came first), and add() must hold it
+   * back as cancelHeard would have. Bounded, the oldest dropped first: only those heard
+   * since a claim still in flight was sent can match (add checks), older ones are dead weight.
+   */
+  readonly #heardUnheld = new Map<string, number>();
 
   constructor(counters: WorkerCounters, cancelledAhead: (job: ActiveJob) => void) {
     this.#counters = counters;
@@ -48,8 +59,14 @@ export class HeldJobs {
     return held;
   }
 
-  /** Holds a job a claim returned, behind those already ahead. */
+  /**
+   * Holds a job a claim returned, behind those already ahead. A cancel of it heard after
+   * the claim was sent came ahead of the claim's answer: it waits for a heartbeat sent
+   * from now, which reads its row (the heartbeats sent meanwhile did not hold it).
+   */
   add(job: ActiveJob): void {
+    const heard = this.#heardUnheld.get(job.row.id);
+    if (heard !== undefined && heard >= job.claimSentAt) job.cancelHeardAt = performance.now();
     this.#ahead.push(job);
   }
 
@@ -98,6 +115,7 @@ export class HeldJobs {
   /**
    * A cancel of job `id` was announced: marks it, if held here (running or ahead), so that
    * it does not start before a heartbeat has read its row; returns whether it is held.
+   * One not held is remembered for the claims in flight (see #heardUnheld).
    */
   cancelHeard(id: string, at: number): boolean {
     let held = false;
@@ -105,6 +123,17 @@ export class HeldJobs {
       if (job.row.id !== id) continue;
       job.cancelHeardAt = at;
       held = true;
+    }
+    if (!held) {
+      // set anew, so last: the map stays in the order heard, the oldest first
+      this.#heardUnheld.delete(id);
+      this.#heardUnheld.set(id, at);
+      if (this.#heardUnheld.size > HEARD_UNHELD_MAX) {
+        for (const oldest of this.#heardUnheld.keys()) {
+          this.#heardUnheld.delete(oldest);
+          break;
+        }
+      }
     }
     return held;
   }
