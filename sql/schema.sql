@@ -2321,12 +2321,10 @@ BEGIN
   IF p_paused THEN
     UPDATE "tusk".schedules SET paused_at = now(), updated_at = now() WHERE name = p_name;
     -- the ticks cancelled are forgotten too: resumed within the same tick, it enqueues it again
-    WITH ahead AS (
-      SELECT r.job_id FROM "tusk".schedule_runs r JOIN "tusk".jobs j ON j.id = r.job_id
-      WHERE r.schedule = p_name AND j.state = 'scheduled'),
-    cancelled AS (
-      SELECT c.id FROM "tusk".finish_jobs('cancelled',
-        (SELECT coalesce(jsonb_agg(jsonb_build_object('id', a.job_id)), '[]') FROM ahead a)) c)
+    WITH cancelled AS (
+      SELECT c.id FROM "tusk".finish_jobs('cancelled', (
+        SELECT coalesce(jsonb_agg(jsonb_build_object('id', n.job_id)), '[]')
+        FROM "tusk".schedule_jobs_not_started(p_name) n)) c)
     DELETE FROM "tusk".schedule_runs r USING cancelled c WHERE r.schedule = p_name AND r.job_id = c.id;
   ELSE
     UPDATE "tusk".schedules SET paused_at = NULL, next_run_at = p_next, updated_at = now() WHERE name = p_name;
@@ -2558,8 +2556,14 @@ CREATE FUNCTION tusk.put_schedule(p_schedule jsonb) RETURNS void
 DECLARE
   s "tusk".schedules := jsonb_populate_record(NULL::"tusk".schedules,
     p_schedule || jsonb_build_object('created_at', now(), 'updated_at', now()));
+  v_old "tusk".schedules;
+  v_ticks timestamptz[];
+  v_tick timestamptz;
+  v_id bigint;
 BEGIN
   s.payload := coalesce(p_schedule -> 'payload', 'null');  -- JSON null is a payload, not NULL
+  -- locked: an upkeep pass firing it has committed, and its ticks are among those read below
+  SELECT * INTO v_old FROM "tusk".schedules WHERE name = s.name FOR UPDATE;
   INSERT INTO "tusk".schedules AS o SELECT s.*
   ON CONFLICT (name) DO UPDATE SET
     cron = excluded.cron, tz = excluded.tz, task = excluded.task, payload = excluded.payload,
@@ -2568,7 +2572,39 @@ BEGIN
     retry = excluded.retry, backfill = excluded.backfill, source = excluded.source,
     next_run_at = CASE WHEN o.cron = excluded.cron AND o.tz = excluded.tz THEN o.next_run_at
                        ELSE excluded.next_run_at END,
-    updated_at = now();
+    updated_at = now()
+  RETURNING * INTO s;
+  IF v_old.name IS NULL OR (v_old.cron, v_old.tz, v_old.task, v_old.payload, v_old.tenant, v_old.queue,
+                            v_old.priority, v_old.max_attempts, v_old.concurrency_key, v_old.retry)
+     IS NOT DISTINCT FROM (s.cron, s.tz, s.task, s.payload, s.tenant, s.queue, s.priority, s.max_attempts,
+                           s.concurrency_key, s.retry) THEN
+    RETURN;  -- new, or set again unchanged: its jobs stand
+  END IF;
+  -- forgotten with their jobs, so that they can be enqueued again
+  WITH cancelled AS (
+    SELECT c.id FROM "tusk".finish_jobs('cancelled', (
+      SELECT coalesce(jsonb_agg(jsonb_build_object('id', n.job_id)), '[]')
+      FROM "tusk".schedule_jobs_not_started(s.name) n)) c),
+  gone AS (
+    DELETE FROM "tusk".schedule_runs r USING cancelled c
+    WHERE r.schedule = s.name AND r.job_id = c.id RETURNING r.tick)
+  SELECT array_agg(g.tick ORDER BY g.tick) INTO v_ticks FROM gone g;
+  -- a new expression's ticks are not these: the upkeep enqueues them from next_run_at
+  IF v_old.cron <> s.cron OR v_old.tz <> s.tz OR s.paused_at IS NOT NULL THEN
+    RETURN;
+  END IF;
+  -- as fire_schedule enqueues them
+  FOREACH v_tick IN ARRAY coalesce(v_ticks, '{}') LOOP
+    INSERT INTO "tusk".schedule_runs (schedule, tick) VALUES (s.name, v_tick);
+    INSERT INTO "tusk".jobs (tenant, queue, task, payload, priority, state, run_at, max_attempts,
+                              concurrency_key, retry)
+    VALUES (s.tenant, s.queue, s.task, s.payload, s.priority,
+            CASE WHEN v_tick > now() THEN 'scheduled' ELSE 'available' END::"tusk".job_state,
+            v_tick, s.max_attempts, s.concurrency_key, s.retry)
+    RETURNING id INTO v_id;
+    UPDATE "tusk".schedule_runs SET job_id = v_id WHERE schedule = s.name AND tick = v_tick;
+    UPDATE "tusk".schedules SET last_job_id = v_id WHERE name = s.name AND last_run_at = v_tick;
+  END LOOP;
 END $$;
 
 --
@@ -2742,9 +2778,8 @@ BEGIN
     RETURN false;
   END IF;
   PERFORM 1 FROM "tusk".finish_jobs('cancelled', (
-    SELECT coalesce(jsonb_agg(jsonb_build_object('id', j.id)), '[]')
-    FROM "tusk".schedule_runs r JOIN "tusk".jobs j ON j.id = r.job_id
-    WHERE r.schedule = p_name AND j.state = 'scheduled'));
+    SELECT coalesce(jsonb_agg(jsonb_build_object('id', n.job_id)), '[]')
+    FROM "tusk".schedule_jobs_not_started(p_name) n));
   DELETE FROM "tusk".schedule_runs WHERE schedule = p_name;
   RETURN true;
 END $$;
@@ -2932,6 +2967,17 @@ BEGIN
                    WHERE d.tenant = p_tenant AND d.ckey = p_key
                      AND d.seq > (SELECT f.upto FROM "tusk".running_fold f WHERE f.one)), 0);
 END $$;
+
+--
+-- Name: schedule_jobs_not_started(text); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.schedule_jobs_not_started(p_name text) RETURNS TABLE(job_id bigint, tick timestamp with time zone)
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT r.job_id, r.tick FROM "tusk".schedule_runs r JOIN "tusk".jobs j ON j.id = r.job_id
+  WHERE r.schedule = p_name AND j.state IN ('scheduled', 'available') AND j.attempts = 0
+$$;
 
 --
 -- Name: served_at(text); Type: FUNCTION; Schema: tusk; Owner: -

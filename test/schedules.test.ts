@@ -184,6 +184,67 @@ describe('recurring jobs', () => {
     await upkeep.stop();
   });
 
+  it('edited: its ticks enqueued and not started are redone under the new definition, or cancelled with a new expression', async () => {
+    /** The unfinished jobs of the schedule's ticks, by tick. */
+    const pending = async () =>
+      db.rows<{ id: string; tick: Date; state: string; payload: unknown }>(
+        `SELECT j.id, r.tick, j.state::text AS state, j.payload FROM $schema.schedule_runs r
+         JOIN $schema.jobs j ON j.id = r.job_id WHERE r.schedule = 'edited' ORDER BY r.tick`,
+      );
+    const set = (cron: string, v: number) => db.tusk.schedules.set('edited', cron, { queue: 'edits', payload: { v } });
+    await set('* * * * * *', 1);
+    // ticks of the last 3 s (due, available) and of the next 3 s (ahead, scheduled)
+    await db.pool.query(
+      `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
+       WHERE name = 'edited'`,
+    );
+    await fireDueSchedules(await db.tusk.pool(), db.schema, 3000);
+    const [started] = await db.rows<{ id: string; lease_token: string }>(
+      `SELECT id, lease_token FROM $schema.fetch_jobs(1, 60000, 'edits')`,
+    );
+    const old = (await pending()).filter((j) => j.id !== started?.id);
+    expect(old.length).toBeGreaterThanOrEqual(4);
+    expect(old.every((j) => (j.payload as { v: number }).v === 1)).toBe(true);
+
+    // a new payload, the same expression: the same ticks, each a new job with the new payload
+    await set('* * * * * *', 2);
+    for (const j of old) expect((await db.tusk.getJob(j.id))?.state).toBe('cancelled');
+    const redone = (await pending()).filter((j) => j.id !== started?.id);
+    expect(redone.map((j) => j.tick)).toEqual(old.map((j) => j.tick));
+    expect(redone.every((j) => (j.payload as { v: number }).v === 2 && j.state !== 'running')).toBe(true);
+    // the job that had started goes on
+    expect((await db.tusk.getJob(started?.id as string))?.state).toBe('running');
+    // set again unchanged (as at every start-up): its jobs stay as they are
+    await set('* * * * * *', 2);
+    expect((await pending()).filter((j) => j.id !== started?.id).map((j) => j.id)).toEqual(redone.map((j) => j.id));
+
+    // a new expression: the old one's ticks cancelled, the new one's from its next tick
+    const edited = await set('0 0 1 1 *', 3);
+    for (const j of redone) expect((await db.tusk.getJob(j.id))?.state).toBe('cancelled');
+    expect((await pending()).map((j) => j.id)).toEqual([started?.id]);
+    expect(edited.nextRunAt?.getUTCMonth()).toBe(0);
+    await db.rows(`SELECT $schema.ack_job($1, $2)`, [started?.id, started?.lease_token]);
+    await db.tusk.schedules.remove('edited');
+  });
+
+  it('paused or removed: no tick of it starts afterwards, those already due but not started included', async () => {
+    for (const stop of ['pause', 'remove'] as const) {
+      const name = `due-${stop}`;
+      await db.tusk.schedules.set(name, '* * * * * *', { queue: 'due-stop' });
+      await db.pool.query(
+        `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
+         WHERE name = $1`,
+        [name],
+      );
+      await fireDueSchedules(await db.tusk.pool(), db.schema, 1000);
+      const enqueued = await tickJobs(name);
+      expect(enqueued.filter((j) => j.state === 'available').length).toBeGreaterThanOrEqual(3);
+      await db.tusk.schedules[stop](name);
+      for (const j of enqueued) expect((await db.tusk.getJob(j.id))?.state).toBe('cancelled');
+    }
+    await db.tusk.schedules.remove('due-pause');
+  });
+
   it('a tick already enqueued is never enqueued again, whoever tries', async () => {
     await db.tusk.schedule('once', '* * * * * *', { queue: 'once' });
     const [row] = await db.rows<{ next: Date }>(

@@ -60,7 +60,9 @@ export class Schedules {
 
   /**
    * Creates or replaces a schedule. Re-setting an unchanged expression and time zone
-   * keeps its next tick (safe at every start-up); a new one starts at the next tick.
+   * keeps its next tick (safe at every start-up); a new one starts at the next tick. An
+   * edit redoes the ticks enqueued and not started, in the same transaction: enqueued
+   * again under the new definition (same expression), or cancelled (new expression).
    */
   async set(name: string, cron: string, options: ScheduleOptions = {}): Promise<ScheduleInfo> {
     const input = this.#input(name, cron, options, 'api', '');
@@ -84,14 +86,14 @@ export class Schedules {
     return (await selectSchedules(await this.#host.db(), this.#host.schema, null)).map(toScheduleInfo);
   }
 
-  /** Removes a schedule (its ticks enqueued ahead and not started are cancelled). False if unknown. */
+  /** Removes a schedule (its ticks enqueued and not started, due ones too, are cancelled). False if unknown. */
   async remove(name: string): Promise<boolean> {
     return deleteSchedule(await this.#host.db(), this.#host.schema, parse(nameSchema(200), name, 'name'));
   }
 
   /**
-   * Pauses a schedule: it enqueues no tick, and the ticks it enqueued ahead and not started
-   * are cancelled (running jobs go on). Null if there is no such schedule.
+   * Pauses a schedule: it enqueues no tick, and the ticks it enqueued and not started (due
+   * ones too) are cancelled (running jobs go on). Null if there is no such schedule.
    *
    * @example
    * await tusk.schedules.pause('nightly-report');
