@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { parseCrontab, TuskValidationError } from '../src/index.js';
 import { fireDueSchedules } from '../src/schedules/fire.js';
 import { eventually, sleep, useTestDb } from './helpers.js';
@@ -243,6 +243,36 @@ describe('recurring jobs', () => {
       for (const j of enqueued) expect((await db.tusk.getJob(j.id))?.state).toBe('cancelled');
     }
     await db.tusk.schedules.remove('due-pause');
+  });
+
+  it("a new or resumed schedule starts from the database's clock, not from a process clock minutes behind it", async () => {
+    const dbSecond = async () =>
+      (
+        await db.rows<{ ms: number }>(`SELECT (extract(epoch FROM date_trunc('second', now())) * 1000)::float8 AS ms`)
+      )[0]?.ms as number;
+    // this process's Date five minutes behind the database's (timers stay real)
+    const behind = async <T>(call: () => Promise<T>): Promise<T> => {
+      vi.useFakeTimers({ toFake: ['Date'], now: Date.now() - 5 * 60_000 });
+      try {
+        return await call();
+      } finally {
+        vi.useRealTimers();
+      }
+    };
+    const setAt = await dbSecond();
+    const info = await behind(() => db.tusk.schedules.set('skewed', '* * * * * *', { queue: 'skewed', backfill: 3 }));
+    expect(info.nextRunAt?.getTime()).toBeGreaterThanOrEqual(setAt);
+    await fireDueSchedules(await db.tusk.pool(), db.schema, 1000);
+    // no tick from before it was set: neither the last minute's (late) nor backfilled (missed) ones
+    const ticks = (await tickJobs('skewed')).map((j) => j.tick.getTime());
+    expect(ticks.length).toBeGreaterThan(0);
+    expect(ticks.filter((t) => t < setAt)).toEqual([]);
+    await db.tusk.schedules.pause('skewed');
+    const resumedAt = await dbSecond();
+    const resumed = await behind(() => db.tusk.schedules.resume('skewed'));
+    expect(resumed?.nextRunAt?.getTime()).toBeGreaterThanOrEqual(resumedAt);
+    await db.tusk.schedules.remove('skewed');
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'skewed'`);
   });
 
   it('a tick already enqueued is never enqueued again, whoever tries', async () => {

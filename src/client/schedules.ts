@@ -7,6 +7,7 @@ import {
   type ScheduleInput,
   type ScheduleRow,
   selectCrontabNames,
+  selectNow,
   selectSchedules,
 } from '../queries/schedules.js';
 import { cronOf, firstTickFrom } from '../schedules/cron.js';
@@ -66,7 +67,8 @@ export class Schedules {
    */
   async set(name: string, cron: string, options: ScheduleOptions = {}): Promise<ScheduleInfo> {
     const input = this.#input(name, cron, options, 'api', '');
-    await putSchedules(await this.#host.db(), this.#host.schema, [input]);
+    const db = await this.#host.db();
+    await putSchedules(db, this.#host.schema, startingFrom([input], await selectNow(db)));
     const info = await this.get(input.name);
     // written just now: only a concurrent remove takes it away
     if (!info) throw new TuskError(`schedule ${JSON.stringify(input.name)} was removed right after being set`);
@@ -113,7 +115,8 @@ export class Schedules {
     const db = await this.#host.db();
     const [row] = await selectSchedules(db, this.#host.schema, key);
     if (!row) return null;
-    const next = firstTickFrom(cronOf(row.cron, row.tz), new Date());
+    // the database's clock, as for a new schedule (see startingFrom)
+    const next = firstTickFrom(cronOf(row.cron, row.tz), await selectNow(db));
     if ((await pauseSchedule(db, this.#host.schema, key, false, next)) === null) return null;
     return this.get(key);
   }
@@ -126,7 +129,7 @@ export class Schedules {
   async syncCrontab(entries: CrontabEntry[]): Promise<{ set: string[]; removed: string[] }> {
     const inputs = entries.map((e) => this.#input(e.name, e.cron, e.options, 'crontab', `schedule ${e.name}: `));
     const db = await this.#host.db();
-    await putSchedules(db, this.#host.schema, inputs);
+    await putSchedules(db, this.#host.schema, startingFrom(inputs, await selectNow(db)));
     const keep = new Set(inputs.map((i) => i.name));
     const removed: string[] = [];
     for (const name of await selectCrontabNames(db, this.#host.schema)) {
@@ -147,16 +150,24 @@ export class Schedules {
     for (const e of entries) this.#input(e.name, e.cron, e.options, 'crontab', `schedule ${e.name}: `);
   }
 
-  /** A schedule to write, validated; error fields start with `prefix` (which schedule of a file). */
-  #input(name: string, cron: string, options: ScheduleOptions, source: 'api' | 'crontab', prefix: string) {
+  /**
+   * A schedule to write, validated, but for its first tick (see startingFrom); error fields
+   * start with `prefix` (which schedule of a file).
+   */
+  #input(
+    name: string,
+    cron: string,
+    options: ScheduleOptions,
+    source: 'api' | 'crontab',
+    prefix: string,
+  ): Omit<ScheduleInput, 'next_run_at'> {
     const key = parse(nameSchema(200), name, `${prefix}name`);
     const field = `${prefix}options`;
     const o = parse(scheduleOptionsSchema, options, field) as ScheduleOptions;
     const tz = o.tz ?? 'UTC';
     if (typeof cron !== 'string') throw new TuskValidationError(`${prefix}cron`, 'must be a cron expression string');
-    let next: Date | null;
     try {
-      next = firstTickFrom(cronOf(cron, tz), new Date());
+      cronOf(cron, tz);
     } catch (error) {
       // croner names the time zone in its message when that is what it could not read
       const badZone = /timezone/i.test((error as Error).message);
@@ -171,7 +182,7 @@ export class Schedules {
       this.#host.maxPayloadBytes,
       this.#host.tasks.get(task),
     );
-    const input: ScheduleInput = {
+    return {
       name: key,
       cron: cron.trim(),
       tz,
@@ -185,10 +196,18 @@ export class Schedules {
       retry: record.retry === undefined ? null : JSON.parse(record.retry),
       backfill: o.backfill ?? 0,
       source,
-      next_run_at: next,
     };
-    return input;
   }
+}
+
+/**
+ * The schedules with their first tick at or after `now`, the database's time: the upkeep
+ * fires ticks by that clock, and a first tick taken from a process clock minutes behind
+ * it would be more than a minute old at once (fired late, or counted missed and
+ * backfilled: ticks from before the schedule existed).
+ */
+function startingFrom(inputs: Omit<ScheduleInput, 'next_run_at'>[], now: Date): ScheduleInput[] {
+  return inputs.map((i) => ({ ...i, next_run_at: firstTickFrom(cronOf(i.cron, i.tz), now) }));
 }
 
 function toScheduleInfo(row: ScheduleRow): ScheduleInfo {

@@ -34,6 +34,14 @@ export async function putSchedules(db: Queryable, schema: string, schedules: Sch
   ]);
 }
 
+/** The database's time: the upkeep fires ticks by this clock, so schedules start from it. */
+export async function selectNow(db: Queryable): Promise<Date> {
+  const { rows } = await db.query<{ now: Date }>('SELECT now() AS now');
+  const [row] = rows;
+  if (!row) throw new Error('SELECT now() returned no row');
+  return row.now;
+}
+
 /** Removes a schedule and cancels its ticks enqueued ahead; false if there was none. */
 export async function deleteSchedule(db: Queryable, schema: string, name: string): Promise<boolean> {
   const { rows } = await db.query<{ found: boolean }>(`SELECT ${ident(schema)}.remove_schedule($1) AS found`, [name]);
