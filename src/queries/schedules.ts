@@ -34,9 +34,12 @@ export async function putSchedules(db: Queryable, schema: string, schedules: Sch
   ]);
 }
 
-/** The database's time: the upkeep fires ticks by this clock, so schedules start from it. */
+/**
+ * The database's time: the upkeep fires ticks by this clock, so schedules start from it.
+ * The clock's reading, not now(): a transaction open a while would give its start.
+ */
 export async function selectNow(db: Queryable): Promise<Date> {
-  const { rows } = await db.query<{ now: Date }>('SELECT now() AS now');
+  const { rows } = await db.query<{ now: Date }>('SELECT clock_timestamp() AS now');
   const [row] = rows;
   if (!row) throw new Error('SELECT now() returned no row');
   return row.now;
