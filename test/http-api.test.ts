@@ -773,8 +773,13 @@ describe('HTTP API', () => {
     expect(delta('tusk_jobs_finished_total{queue="watched",tenant="acme",state="dead"}')).toBe(2);
     expect(delta('tusk_job_run_seconds_count{queue="watched"}')).toBe(6);
     expect(delta('tusk_job_wait_seconds_count{queue="watched"}')).toBe(6);
-    // the failing jobs throw at once, the others take 30 ms
-    expect(after.get('tusk_job_run_seconds_bucket{queue="watched",le="0.025"}')).toBe(2);
+    // the others take 30 ms; the failing jobs throw at once, which a loaded machine may
+    // still stretch past 25 ms: the bucket holds what the history says
+    const [fast] = await db.rows<{ n: number }>(
+      `SELECT count(*)::integer AS n FROM $schema.job_history WHERE queue = 'watched' AND run_ms <= 25`,
+    );
+    expect(fast?.n).toBeLessThanOrEqual(2);
+    expect(after.get('tusk_job_run_seconds_bucket{queue="watched",le="0.025"}') ?? 0).toBe(fast?.n);
     expect(after.get('tusk_job_run_seconds_bucket{queue="watched",le="+Inf"}')).toBe(6);
     expect(after.get('tusk_job_run_seconds_sum{queue="watched"}')).toBeGreaterThanOrEqual(0.12);
     expect(after.get('tusk_jobs{queue="watched",tenant="acme",state="available"}')).toBe(0);
