@@ -2,6 +2,7 @@
 // made, and what the server does now. Tokens for tenants alpha and bravo, and an admin.
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
+import net from 'node:net';
 import { Hono } from 'hono';
 import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -234,6 +235,63 @@ describe('2. one request cannot freeze the server', () => {
     });
     expect([r.status, r.code]).toEqual([413, 'too_large']);
     expect(JSON.parse(r.body).error.message).toMatch(/4194304 for enqueue many/);
+  });
+  it('a request whose headers or body never finish arriving is answered 408 and closed at the bound; long polls and event streams outlive it', async () => {
+    // Node refuses headers given longer than the whole request: so does createServer, naming it
+    await expect(
+      createServer(db.tusk, { adminToken: ADMIN, headersTimeoutMs: 2_000, requestTimeoutMs: 1_000 }),
+    ).rejects.toThrow(/server options\.headersTimeoutMs: must be at most requestTimeoutMs \(1000\) \(got 2000\)/);
+    const slow = await createServer(db.tusk, { adminToken: ADMIN, headersTimeoutMs: 300, requestTimeoutMs: 500 });
+    const open = await slow.listen({ port: 0 });
+    /** Sends `head` on a raw connection, then nothing: what the server sent until it closed, or that it did not. */
+    const sendAndWait = (head: string) =>
+      new Promise<string>((resolve) => {
+        const socket = net.connect(open.port, '127.0.0.1');
+        let got = '';
+        socket.on('data', (d) => {
+          got += String(d);
+        });
+        socket.on('error', () => {});
+        socket.on('close', () => resolve(got.split('\r\n')[0] ?? ''));
+        socket.write(head);
+        // a deadline, not a wait: the race ends at the close
+        setTimeout(() => {
+          resolve('still open');
+          socket.destroy();
+        }, 10_000).unref();
+      });
+    try {
+      // before, held for requestTimeout (Node's default, 300 s): a tenant with 200 requests a
+      // second holds thousands of connections
+      const body = `POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${alpha}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{`;
+      const headers = `GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: 1`;
+      expect(await Promise.all([sendAndWait(body), sendAndWait(headers)])).toEqual([
+        'HTTP/1.1 408 Request Timeout',
+        'HTTP/1.1 408 Request Timeout',
+      ]);
+
+      // the bounds are on receiving the request, not on the answer: a long poll and an
+      // event stream held past them get the job that ends after
+      const { id } = await db.tusk.enqueue('t', null, { tenant: 'alpha', queue: 'attack-slow' });
+      const stream = await fetch(`${open.url}/api/events`, { headers: bearer(alpha) });
+      const reader = (stream.body as ReadableStream<Uint8Array>).getReader();
+      expect(new TextDecoder().decode((await reader.read()).value)).toMatch(/event: ready/);
+      const poll = fetch(`${open.url}/api/jobs/${id}?waitMs=10000`, { headers: bearer(alpha) });
+      await sleep(1_200);
+      await db.tusk.cancel(id);
+      const polled = await poll;
+      expect([polled.status, ((await polled.json()) as { state: string }).state]).toEqual([200, 'cancelled']);
+      let text = '';
+      while (!text.includes('event: finished')) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += new TextDecoder().decode(value);
+      }
+      expect(text).toMatch(new RegExp(`event: finished\ndata: .*"state":"cancelled".*\nid: ${id}\n`));
+      await reader.cancel();
+    } finally {
+      await open.close();
+    }
   });
 });
 

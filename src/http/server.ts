@@ -40,6 +40,17 @@ export interface ServerOptions {
   readTimeoutMs?: number;
   /** Connections of the server's own pools: lists and searches, and leases. Default `{ reads: 3, leases: 2 }`. */
   connections?: { reads?: number; leases?: number };
+  /**
+   * Longest a client of `listen` may take to send a request's headers, in ms: past it the
+   * server answers 408 and closes the connection. Default 10 000 (at most `requestTimeoutMs`).
+   */
+  headersTimeoutMs?: number;
+  /**
+   * Longest a client of `listen` may take to send a whole request, headers and body, in ms:
+   * past it the server answers 408 and closes the connection. The answer is not bounded by
+   * it: long polls and event streams go on. Default 30 000.
+   */
+  requestTimeoutMs?: number;
 }
 
 /** A running server. */
@@ -74,6 +85,8 @@ export interface TuskServer {
 /** Shortest admin token accepted off loopback and in a mounted app. */
 export const MIN_ADMIN_TOKEN_LENGTH = 32;
 const MIN_BATCH_BODY_BYTES = 4 * 1024 * 1024;
+const DEFAULT_HEADERS_TIMEOUT_MS = 10_000;
+const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
 const optionsSchema = z.strictObject({
   auth: z
@@ -110,6 +123,8 @@ const optionsSchema = z.strictObject({
     .optional(),
   readTimeoutMs: integer(1, 3_600_000).optional(),
   connections: z.strictObject({ reads: integer(1, 100).optional(), leases: integer(1, 100).optional() }).optional(),
+  headersTimeoutMs: integer(1, 3_600_000).optional(),
+  requestTimeoutMs: integer(1, 3_600_000).optional(),
 });
 const listenSchema = z.strictObject({
   port: integer(0, 65535).optional(),
@@ -138,6 +153,15 @@ export async function createServer(tusk: Tusk, given: ServerOptions = {}): Promi
   });
   const metrics = options.metrics === false ? null : new TuskMetrics(db, tusk.schema, options.metrics);
   const maxBytes = options.maxBodyBytes ?? 2 * tusk.maxPayloadBytes + 64 * 1024;
+  const requestTimeout = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+  const headersTimeout = options.headersTimeoutMs ?? Math.min(DEFAULT_HEADERS_TIMEOUT_MS, requestTimeout);
+  if (headersTimeout > requestTimeout) {
+    // Node refuses it too: the headers are part of the request
+    throw new TuskValidationError(
+      'server options.headersTimeoutMs',
+      `must be at most requestTimeoutMs (${requestTimeout}) (got ${headersTimeout})`,
+    );
+  }
   const app = createApp({ tusk, db, pools, schema: tusk.schema, tokens, auth, metrics }, log, {
     dashboard: options.dashboard ?? true,
     limits: { maxBytes, maxBatchBytes: Math.max(options.maxBatchBodyBytes ?? MIN_BATCH_BODY_BYTES, maxBytes) },
@@ -169,7 +193,16 @@ export async function createServer(tusk: Tusk, given: ServerOptions = {}): Promi
     // says so at error level when no token is live: every request will be refused
     await auth.locked();
     const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
-      const s = serve({ fetch: app.fetch, port, hostname: host }, () => resolve(s));
+      // Node's defaults let a client that sends its body a byte at a time hold a connection
+      // for 5 minutes. These bound receiving the request only, not the answer. Node looks
+      // for requests past them every connectionsCheckingInterval (default 30 s, longer
+      // than the bounds): at most a second here, so that they hold near their value.
+      const serverOptions = {
+        headersTimeout,
+        requestTimeout,
+        connectionsCheckingInterval: Math.max(10, Math.min(1_000, Math.floor(headersTimeout / 2))),
+      };
+      const s = serve({ fetch: app.fetch, port, hostname: host, serverOptions }, () => resolve(s));
       s.once('error', reject);
     });
     const address = server.address() as AddressInfo;

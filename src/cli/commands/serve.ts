@@ -9,6 +9,8 @@ interface Options {
   host: string;
   dashboard: boolean;
   metricsLagMs?: number;
+  headersTimeoutMs?: number;
+  requestTimeoutMs?: number;
   upkeep: boolean;
 }
 
@@ -27,6 +29,16 @@ export function serveCommand(program: Command): void {
       'metrics count events up to this long ago, so that their transactions have committed (default 5000)',
       intOption('--metrics-lag-ms'),
     )
+    .option(
+      '--headers-timeout-ms <ms>',
+      "longest a client may take to send a request's headers: past it, 408 and the connection closed (default 10000)",
+      intOption('--headers-timeout-ms', 1, 3_600_000),
+    )
+    .option(
+      '--request-timeout-ms <ms>',
+      'longest a client may take to send a whole request, body included; not the answer: long polls and event streams go on (default 30000)',
+      intOption('--request-timeout-ms', 1, 3_600_000),
+    )
     .action(async (options: Options, command: Command) => {
       const signal = new StopSignal();
       const tusk = tuskFor(command);
@@ -44,6 +56,8 @@ export function serveCommand(program: Command): void {
         const server = await createServer(tusk, {
           dashboard: options.dashboard,
           ...(options.metricsLagMs === undefined ? {} : { metrics: { lagMs: options.metricsLagMs } }),
+          ...(options.headersTimeoutMs === undefined ? {} : { headersTimeoutMs: options.headersTimeoutMs }),
+          ...(options.requestTimeoutMs === undefined ? {} : { requestTimeoutMs: options.requestTimeoutMs }),
         });
         const listening = await server.listen({ port: options.port, host: options.host });
         // consumers of the HTTP API are not Tusk workers: the server keeps the queue moving
