@@ -169,7 +169,7 @@ describe('GET /api/events', () => {
       await listening.close();
     }
   });
-  it('a stream whose client stops reading ends at 1 000 unsent batches: its slot and its rows are let go', async () => {
+  it('a stream whose client stops reading ends at 1 000 unsent batches: its slot, its rows and its connection are let go', async () => {
     const admin = `admin-${'w'.repeat(40)}`;
     const server = await createServer(db.tusk, { adminToken: admin });
     const acme = (await server.tokens.create({ tenant: 'acme' })).token;
@@ -213,6 +213,18 @@ describe('GET /api/events', () => {
         );
       } finally {
         for (const r of opened) await r.body?.cancel();
+      }
+      // and its connection is closed, the write it waited on with it (before, open until the
+      // client read or left). The client still reads nothing: it sends a request now and
+      // then, which a closed connection answers with a reset
+      socket.on('error', () => {});
+      const closed = new Promise<string>((resolve) => socket.once('close', () => resolve('closed')));
+      const probe = setInterval(() => socket.write('GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'), 200);
+      try {
+        // a deadline, not a wait: the race ends at the close
+        expect(await Promise.race([closed, sleep(10_000).then(() => 'still open')])).toBe('closed');
+      } finally {
+        clearInterval(probe);
       }
     } finally {
       socket.destroy();

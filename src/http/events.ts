@@ -6,7 +6,7 @@ import { CallerLimit } from './callerLimit.js';
 
 /** Event streams one caller (one token) may hold open at once. */
 export const MAX_STREAMS_PER_CALLER = 16;
-/** Batches a stream may have unsent: past it the client is not reading, and its stream ends at once. */
+/** Batches a stream may have unsent: past it the client is not reading, and its stream ends at once, its connection closed. */
 export const MAX_UNSENT_BATCHES = 1000;
 
 /** A batch of events as a stream sends them: every row has its tenant. */

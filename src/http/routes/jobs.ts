@@ -80,6 +80,16 @@ async function tenantDependencies(
   }
 }
 
+/**
+ * Closes the connection under a response, when the app runs in @hono/node-server (the
+ * server of `listen`, or a user's), whose `c.env` has the Node response (`outgoing`).
+ * Elsewhere there is none to reach: the response's end is all the app can do.
+ */
+function destroyConnection(env: unknown): void {
+  const outgoing = (env as { outgoing?: { destroy?: unknown } } | undefined)?.outgoing;
+  if (typeof outgoing?.destroy === 'function') (outgoing as { destroy(): void }).destroy();
+}
+
 /** Long polls (`GET /api/jobs/:id?waitMs=`) one caller (one token) may hold at once. */
 export const MAX_LONG_POLLS_PER_CALLER = 64;
 
@@ -262,9 +272,13 @@ export function jobEndpoints(api: Api): Endpoint[] {
         close = await feed.open(heldKey(principal), {
           tenant,
           push(event, rows) {
-            // a client that does not read its events: its stream ends rather than pile them up here
-            if (pending.length >= MAX_UNSENT_BATCHES) end();
-            else pending.push({ event, rows });
+            // a client that does not read its events: its stream ends rather than pile them up
+            // here, and its connection with it, else held (and the write waiting on it) until
+            // the client reads or leaves
+            if (pending.length >= MAX_UNSENT_BATCHES) {
+              end();
+              destroyConnection(c.env);
+            } else pending.push({ event, rows });
             wake();
           },
           end,
