@@ -5,22 +5,29 @@
 -- payload, tenant, queue... of that moment. put_schedule changed the schedule's row only:
 -- after an edit, the ticks already enqueued still ran under the old definition (old
 -- payload, old expression's times). Now an edit that changes what a tick enqueues cancels
--- the schedule's tick jobs that have not started (scheduled, or available and never
--- claimed) and forgets their ticks; with the same expression and time zone the same ticks
--- are enqueued again at once under the new definition, with a new expression the schedule
--- goes on from the new one's next tick. Setting a schedule again unchanged (every start-up
--- does) leaves its jobs alone. pause_schedule and remove_schedule cancelled the ticks still
--- scheduled only: a tick already due, made available and waiting for a worker (a busy
--- queue) still ran after the pause or removal. Bodies: the baseline's (part 11) but for
--- that.
+-- the schedule's tick jobs that have not started (scheduled, or available and never run)
+-- and forgets their ticks, then enqueues again under the new definition those whose time
+-- has come, and with the same expression and time zone the later ones too; with a new
+-- expression the schedule goes on from the new one's next tick. Setting a schedule again
+-- unchanged (every start-up does) leaves its jobs alone. pause_schedule and
+-- remove_schedule cancelled the ticks still scheduled only: a tick already due, made
+-- available and waiting for a worker (a busy queue) still ran after the pause or removal.
+-- fire_schedule forgot a tick a day after its time, while its job may still wait (a queue
+-- nobody serves): it now keeps the tick while its job is unfinished, so that such a job is
+-- found too. Bodies: the baseline's (part 11) but for that.
 
--- The schedule's tick jobs not started: still scheduled, or available and never claimed
--- (attempts 0; a job handed back unstarted has its attempt refunded). A retry of a run
--- that started is not a new tick and goes on.
-CREATE FUNCTION :SCHEMA.schedule_jobs_not_started(p_name text)
-RETURNS TABLE (job_id bigint, tick timestamptz) LANGUAGE sql STABLE AS $$
+-- The schedule's tick jobs not started, locked (a claim, a run and a nack meanwhile are
+-- seen: the row's newest version is checked): scheduled, or available, with no attempt
+-- counted and no error recorded. A job handed back unstarted has its attempt refunded
+-- and no error; a retry (attempts set to 0) of a run that failed or ended keeps the
+-- run's errors, and is not a new tick.
+CREATE OR REPLACE FUNCTION :SCHEMA.schedule_jobs_not_started(p_name text)
+RETURNS TABLE (job_id bigint, tick timestamptz) LANGUAGE sql VOLATILE AS $$
   SELECT r.job_id, r.tick FROM :SCHEMA.schedule_runs r JOIN :SCHEMA.jobs j ON j.id = r.job_id
   WHERE r.schedule = p_name AND j.state IN ('scheduled', 'available') AND j.attempts = 0
+    AND j.errors IS NULL
+  ORDER BY j.id
+  FOR UPDATE OF j
 $$;
 
 -- Creates or replaces a schedule (p_schedule: a row of schedules as JSON, next_run_at
@@ -33,29 +40,38 @@ DECLARE
   s :SCHEMA.schedules := jsonb_populate_record(NULL:::SCHEMA.schedules,
     p_schedule || jsonb_build_object('created_at', now(), 'updated_at', now()));
   v_old :SCHEMA.schedules;
+  v_same_times boolean;
   v_ticks timestamptz[];
   v_tick timestamptz;
   v_id bigint;
 BEGIN
   s.payload := coalesce(p_schedule -> 'payload', 'null');  -- JSON null is a payload, not NULL
-  -- locked: an upkeep pass firing it has committed, and its ticks are among those read below
-  SELECT * INTO v_old FROM :SCHEMA.schedules WHERE name = s.name FOR UPDATE;
-  INSERT INTO :SCHEMA.schedules AS o SELECT s.*
-  ON CONFLICT (name) DO UPDATE SET
-    cron = excluded.cron, tz = excluded.tz, task = excluded.task, payload = excluded.payload,
-    tenant = excluded.tenant, queue = excluded.queue, priority = excluded.priority,
-    max_attempts = excluded.max_attempts, concurrency_key = excluded.concurrency_key,
-    retry = excluded.retry, backfill = excluded.backfill, source = excluded.source,
-    next_run_at = CASE WHEN o.cron = excluded.cron AND o.tz = excluded.tz THEN o.next_run_at
-                       ELSE excluded.next_run_at END,
+  -- the row locked before it is read: an upkeep pass firing it has committed, and its
+  -- ticks are among those read below; one made by another session meanwhile (and fired,
+  -- perhaps) is edited as such, not taken for new
+  LOOP
+    SELECT * INTO v_old FROM :SCHEMA.schedules WHERE name = s.name FOR UPDATE;
+    EXIT WHEN FOUND;
+    INSERT INTO :SCHEMA.schedules SELECT s.* ON CONFLICT (name) DO NOTHING;
+    IF FOUND THEN
+      RETURN;  -- new: nothing enqueued yet
+    END IF;
+  END LOOP;
+  UPDATE :SCHEMA.schedules o SET
+    cron = s.cron, tz = s.tz, task = s.task, payload = s.payload, tenant = s.tenant, queue = s.queue,
+    priority = s.priority, max_attempts = s.max_attempts, concurrency_key = s.concurrency_key,
+    retry = s.retry, backfill = s.backfill, source = s.source,
+    next_run_at = CASE WHEN o.cron = s.cron AND o.tz = s.tz THEN o.next_run_at ELSE s.next_run_at END,
     updated_at = now()
+  WHERE o.name = s.name
   RETURNING * INTO s;
-  IF v_old.name IS NULL OR (v_old.cron, v_old.tz, v_old.task, v_old.payload, v_old.tenant, v_old.queue,
-                            v_old.priority, v_old.max_attempts, v_old.concurrency_key, v_old.retry)
+  IF (v_old.cron, v_old.tz, v_old.task, v_old.payload, v_old.tenant, v_old.queue, v_old.priority,
+      v_old.max_attempts, v_old.concurrency_key, v_old.retry)
      IS NOT DISTINCT FROM (s.cron, s.tz, s.task, s.payload, s.tenant, s.queue, s.priority, s.max_attempts,
                            s.concurrency_key, s.retry) THEN
-    RETURN;  -- new, or set again unchanged: its jobs stand
+    RETURN;  -- set again unchanged: its jobs stand
   END IF;
+  v_same_times := v_old.cron = s.cron AND v_old.tz = s.tz;
   -- forgotten with their jobs, so that they can be enqueued again
   WITH cancelled AS (
     SELECT c.id FROM :SCHEMA.finish_jobs('cancelled', (
@@ -65,12 +81,13 @@ BEGIN
     DELETE FROM :SCHEMA.schedule_runs r USING cancelled c
     WHERE r.schedule = s.name AND r.job_id = c.id RETURNING r.tick)
   SELECT array_agg(g.tick ORDER BY g.tick) INTO v_ticks FROM gone g;
-  -- a new expression's ticks are not these: the upkeep enqueues them from next_run_at
-  IF v_old.cron <> s.cron OR v_old.tz <> s.tz OR s.paused_at IS NOT NULL THEN
+  IF s.paused_at IS NOT NULL THEN
     RETURN;
   END IF;
-  -- as fire_schedule enqueues them
+  -- as fire_schedule enqueues them: those whose time came, under the new definition (a new
+  -- expression's next tick is later than now), and with the same times the later ones too
   FOREACH v_tick IN ARRAY coalesce(v_ticks, '{}') LOOP
+    CONTINUE WHEN NOT v_same_times AND v_tick > now();
     INSERT INTO :SCHEMA.schedule_runs (schedule, tick) VALUES (s.name, v_tick);
     INSERT INTO :SCHEMA.jobs (tenant, queue, task, payload, priority, state, run_at, max_attempts,
                               concurrency_key, retry)
@@ -81,6 +98,42 @@ BEGIN
     UPDATE :SCHEMA.schedule_runs SET job_id = v_id WHERE schedule = s.name AND tick = v_tick;
     UPDATE :SCHEMA.schedules SET last_job_id = v_id WHERE name = s.name AND last_run_at = v_tick;
   END LOOP;
+END $$;
+
+-- Fires a schedule's ticks (the upkeep: p_expected the next tick it read, p_ticks those
+-- due, p_next the one after). A tick is forgotten a day after its time once its job has
+-- finished: while the job waits, an edit, a pause or a removal finds it.
+CREATE OR REPLACE FUNCTION :SCHEMA.fire_schedule(
+  p_name text, p_expected timestamptz, p_ticks timestamptz[], p_next timestamptz
+) RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+  s :SCHEMA.schedules;
+  v_tick timestamptz;
+  v_id bigint;
+  v_n integer := 0;
+BEGIN
+  UPDATE :SCHEMA.schedules SET next_run_at = p_next
+  WHERE name = p_name AND next_run_at = p_expected
+  RETURNING * INTO s;
+  IF NOT FOUND THEN
+    RETURN 0;
+  END IF;
+  FOREACH v_tick IN ARRAY coalesce(p_ticks, '{}') LOOP
+    INSERT INTO :SCHEMA.schedule_runs (schedule, tick) VALUES (p_name, v_tick) ON CONFLICT DO NOTHING;
+    CONTINUE WHEN NOT FOUND;
+    INSERT INTO :SCHEMA.jobs (tenant, queue, task, payload, priority, state, run_at, max_attempts,
+                              concurrency_key, retry)
+    VALUES (s.tenant, s.queue, s.task, s.payload, s.priority,
+            CASE WHEN v_tick > now() THEN 'scheduled' ELSE 'available' END:::SCHEMA.job_state,
+            v_tick, s.max_attempts, s.concurrency_key, s.retry)
+    RETURNING id INTO v_id;
+    UPDATE :SCHEMA.schedule_runs SET job_id = v_id WHERE schedule = p_name AND tick = v_tick;
+    UPDATE :SCHEMA.schedules SET last_run_at = v_tick, last_job_id = v_id WHERE name = p_name;
+    v_n := v_n + 1;
+  END LOOP;
+  DELETE FROM :SCHEMA.schedule_runs r WHERE r.schedule = p_name AND r.tick < now() - interval '1 day'
+    AND NOT EXISTS (SELECT 1 FROM :SCHEMA.jobs j WHERE j.id = r.job_id);
+  RETURN v_n;
 END $$;
 
 -- Removes a schedule; its ticks enqueued and not started are cancelled.

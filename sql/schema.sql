@@ -1724,7 +1724,8 @@ BEGIN
     UPDATE "tusk".schedules SET last_run_at = v_tick, last_job_id = v_id WHERE name = p_name;
     v_n := v_n + 1;
   END LOOP;
-  DELETE FROM "tusk".schedule_runs WHERE schedule = p_name AND tick < now() - interval '1 day';
+  DELETE FROM "tusk".schedule_runs r WHERE r.schedule = p_name AND r.tick < now() - interval '1 day'
+    AND NOT EXISTS (SELECT 1 FROM "tusk".jobs j WHERE j.id = r.job_id);
   RETURN v_n;
 END $$;
 
@@ -2557,29 +2558,38 @@ DECLARE
   s "tusk".schedules := jsonb_populate_record(NULL::"tusk".schedules,
     p_schedule || jsonb_build_object('created_at', now(), 'updated_at', now()));
   v_old "tusk".schedules;
+  v_same_times boolean;
   v_ticks timestamptz[];
   v_tick timestamptz;
   v_id bigint;
 BEGIN
   s.payload := coalesce(p_schedule -> 'payload', 'null');  -- JSON null is a payload, not NULL
-  -- locked: an upkeep pass firing it has committed, and its ticks are among those read below
-  SELECT * INTO v_old FROM "tusk".schedules WHERE name = s.name FOR UPDATE;
-  INSERT INTO "tusk".schedules AS o SELECT s.*
-  ON CONFLICT (name) DO UPDATE SET
-    cron = excluded.cron, tz = excluded.tz, task = excluded.task, payload = excluded.payload,
-    tenant = excluded.tenant, queue = excluded.queue, priority = excluded.priority,
-    max_attempts = excluded.max_attempts, concurrency_key = excluded.concurrency_key,
-    retry = excluded.retry, backfill = excluded.backfill, source = excluded.source,
-    next_run_at = CASE WHEN o.cron = excluded.cron AND o.tz = excluded.tz THEN o.next_run_at
-                       ELSE excluded.next_run_at END,
+  -- the row locked before it is read: an upkeep pass firing it has committed, and its
+  -- ticks are among those read below; one made by another session meanwhile (and fired,
+  -- perhaps) is edited as such, not taken for new
+  LOOP
+    SELECT * INTO v_old FROM "tusk".schedules WHERE name = s.name FOR UPDATE;
+    EXIT WHEN FOUND;
+    INSERT INTO "tusk".schedules SELECT s.* ON CONFLICT (name) DO NOTHING;
+    IF FOUND THEN
+      RETURN;  -- new: nothing enqueued yet
+    END IF;
+  END LOOP;
+  UPDATE "tusk".schedules o SET
+    cron = s.cron, tz = s.tz, task = s.task, payload = s.payload, tenant = s.tenant, queue = s.queue,
+    priority = s.priority, max_attempts = s.max_attempts, concurrency_key = s.concurrency_key,
+    retry = s.retry, backfill = s.backfill, source = s.source,
+    next_run_at = CASE WHEN o.cron = s.cron AND o.tz = s.tz THEN o.next_run_at ELSE s.next_run_at END,
     updated_at = now()
+  WHERE o.name = s.name
   RETURNING * INTO s;
-  IF v_old.name IS NULL OR (v_old.cron, v_old.tz, v_old.task, v_old.payload, v_old.tenant, v_old.queue,
-                            v_old.priority, v_old.max_attempts, v_old.concurrency_key, v_old.retry)
+  IF (v_old.cron, v_old.tz, v_old.task, v_old.payload, v_old.tenant, v_old.queue, v_old.priority,
+      v_old.max_attempts, v_old.concurrency_key, v_old.retry)
      IS NOT DISTINCT FROM (s.cron, s.tz, s.task, s.payload, s.tenant, s.queue, s.priority, s.max_attempts,
                            s.concurrency_key, s.retry) THEN
-    RETURN;  -- new, or set again unchanged: its jobs stand
+    RETURN;  -- set again unchanged: its jobs stand
   END IF;
+  v_same_times := v_old.cron = s.cron AND v_old.tz = s.tz;
   -- forgotten with their jobs, so that they can be enqueued again
   WITH cancelled AS (
     SELECT c.id FROM "tusk".finish_jobs('cancelled', (
@@ -2589,12 +2599,13 @@ BEGIN
     DELETE FROM "tusk".schedule_runs r USING cancelled c
     WHERE r.schedule = s.name AND r.job_id = c.id RETURNING r.tick)
   SELECT array_agg(g.tick ORDER BY g.tick) INTO v_ticks FROM gone g;
-  -- a new expression's ticks are not these: the upkeep enqueues them from next_run_at
-  IF v_old.cron <> s.cron OR v_old.tz <> s.tz OR s.paused_at IS NOT NULL THEN
+  IF s.paused_at IS NOT NULL THEN
     RETURN;
   END IF;
-  -- as fire_schedule enqueues them
+  -- as fire_schedule enqueues them: those whose time came, under the new definition (a new
+  -- expression's next tick is later than now), and with the same times the later ones too
   FOREACH v_tick IN ARRAY coalesce(v_ticks, '{}') LOOP
+    CONTINUE WHEN NOT v_same_times AND v_tick > now();
     INSERT INTO "tusk".schedule_runs (schedule, tick) VALUES (s.name, v_tick);
     INSERT INTO "tusk".jobs (tenant, queue, task, payload, priority, state, run_at, max_attempts,
                               concurrency_key, retry)
@@ -2973,10 +2984,13 @@ END $$;
 --
 
 CREATE FUNCTION tusk.schedule_jobs_not_started(p_name text) RETURNS TABLE(job_id bigint, tick timestamp with time zone)
-    LANGUAGE sql STABLE
+    LANGUAGE sql
     AS $$
   SELECT r.job_id, r.tick FROM "tusk".schedule_runs r JOIN "tusk".jobs j ON j.id = r.job_id
   WHERE r.schedule = p_name AND j.state IN ('scheduled', 'available') AND j.attempts = 0
+    AND j.errors IS NULL
+  ORDER BY j.id
+  FOR UPDATE OF j
 $$;
 
 --

@@ -1,9 +1,10 @@
 import { describe, expect, it, vi } from 'vitest';
 import { parseCrontab, TuskValidationError } from '../src/index.js';
 import { fireDueSchedules } from '../src/schedules/fire.js';
-import { eventually, sleep, useTestDb } from './helpers.js';
+import { eventually, sleep, useSessions, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
+const session = useSessions(() => db.url);
 
 /** Jobs enqueued by a schedule, with their tick (run_at), unfinished and finished. */
 async function tickJobs(schedule: string): Promise<Array<{ id: string; tick: Date; state: string }>> {
@@ -184,7 +185,7 @@ describe('recurring jobs', () => {
     await upkeep.stop();
   });
 
-  it('edited: its ticks enqueued and not started are redone under the new definition, or cancelled with a new expression', async () => {
+  it('edited: its ticks enqueued and not started are redone under the new definition; with a new expression only those whose time came', async () => {
     /** The unfinished jobs of the schedule's ticks, by tick. */
     const pending = async () =>
       db.rows<{ id: string; tick: Date; state: string; payload: unknown }>(
@@ -218,10 +219,24 @@ describe('recurring jobs', () => {
     await set('* * * * * *', 2);
     expect((await pending()).filter((j) => j.id !== started?.id).map((j) => j.id)).toEqual(redone.map((j) => j.id));
 
-    // a new expression: the old one's ticks cancelled, the new one's from its next tick
+    // a new expression: the old one's ticks cancelled; those whose time had come enqueued
+    // again under the new definition, the later ones not (the new expression's next tick on)
+    const clock = async () => {
+      const [row] = await db.rows<{ ms: number }>('SELECT (extract(epoch FROM now()) * 1000)::float8 AS ms');
+      return row?.ms as number;
+    };
+    const before = await clock();
     const edited = await set('0 0 1 1 *', 3);
+    const after = await clock();
     for (const j of redone) expect((await db.tusk.getJob(j.id))?.state).toBe('cancelled');
-    expect((await pending()).map((j) => j.id)).toEqual([started?.id]);
+    const kept = (await pending()).filter((j) => j.id !== started?.id);
+    const keptTicks = kept.map((j) => j.tick.getTime());
+    const dueBefore = redone.map((j) => j.tick.getTime()).filter((t) => t <= before);
+    expect(dueBefore.length).toBeGreaterThan(0);
+    expect(keptTicks.filter((t) => t <= before)).toEqual(dueBefore);
+    expect(keptTicks.filter((t) => t > after)).toEqual([]);
+    expect(redone.some((j) => j.tick.getTime() > after)).toBe(true);
+    expect(kept.every((j) => (j.payload as { v: number }).v === 3)).toBe(true);
     expect(edited.nextRunAt?.getUTCMonth()).toBe(0);
     await db.rows(`SELECT $schema.ack_job($1, $2)`, [started?.id, started?.lease_token]);
     await db.tusk.schedules.remove('edited');
@@ -243,6 +258,144 @@ describe('recurring jobs', () => {
       for (const j of enqueued) expect((await db.tusk.getJob(j.id))?.state).toBe('cancelled');
     }
     await db.tusk.schedules.remove('due-pause');
+  });
+
+  it('a tick job that ran, failed and was retried is not a tick to cancel: a pause leaves it', async () => {
+    await db.tusk.schedules.set('ran', '* * * * * *', { queue: 'ran', maxAttempts: 1 });
+    await db.pool.query(
+      `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
+       WHERE name = 'ran'`,
+    );
+    await fireDueSchedules(await db.tusk.pool(), db.schema, 1000);
+    const [lease] = await db.rows<{ id: string; lease_token: string }>(
+      `SELECT id, lease_token FROM $schema.fetch_jobs(1, 60000, 'ran')`,
+    );
+    if (!lease) throw new Error('no tick job fetched');
+    await db.rows(`SELECT $schema.nack_job($1, $2, 0, '{"message":"boom"}')`, [lease.id, lease.lease_token]);
+    expect((await db.tusk.getJob(lease.id))?.state).toBe('dead');
+    await db.rows('SELECT $schema.retry_jobs(ARRAY[$1::bigint])', [lease.id]);
+    const others = (await tickJobs('ran')).filter((j) => j.id !== lease.id);
+    expect(others.length).toBeGreaterThan(0);
+    await db.tusk.schedules.pause('ran');
+    expect((await db.tusk.getJob(lease.id))?.state).toBe('available');
+    for (const j of others) expect((await db.tusk.getJob(j.id))?.state).toBe('cancelled');
+    await db.tusk.schedules.remove('ran');
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'ran'`);
+  });
+
+  it('a new expression keeps the ticks whose time came: enqueued again under the new definition', async () => {
+    await db.tusk.schedules.set('reworded', '* * * * * *', { queue: 'reworded', payload: { v: 1 } });
+    await db.pool.query(
+      `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
+       WHERE name = 'reworded'`,
+    );
+    await fireDueSchedules(await db.tusk.pool(), db.schema, 1000);
+    const before = await tickJobs('reworded');
+    const [now] = await db.rows<{ at: Date }>('SELECT now() AS at');
+    const due = before.filter((j) => j.tick <= (now?.at as Date)).map((j) => j.tick.getTime());
+    expect(due.length).toBeGreaterThanOrEqual(3);
+    // the same ticks, written another way
+    await db.tusk.schedules.set('reworded', '*/1 * * * * *', { queue: 'reworded', payload: { v: 2 } });
+    for (const j of before) expect((await db.tusk.getJob(j.id))?.state).toBe('cancelled');
+    const again = await db.rows<{ tick: Date; payload: unknown; state: string }>(
+      `SELECT j.run_at AS tick, j.payload, j.state::text AS state FROM $schema.schedule_runs r
+       JOIN $schema.jobs j ON j.id = r.job_id WHERE r.schedule = 'reworded' ORDER BY j.run_at`,
+    );
+    expect(again.map((j) => j.tick.getTime()).filter((t) => due.includes(t))).toEqual(due);
+    for (const j of again) expect(j.payload).toEqual({ v: 2 });
+    await db.tusk.schedules.remove('reworded');
+  });
+
+  it('a tick job waiting more than a day is still found: a removal cancels it', async () => {
+    await db.tusk.schedules.set('hourly', '0 * * * *', { queue: 'unserved' });
+    const [row] = await db.rows<{ next: Date }>(
+      `SELECT next_run_at AS next FROM $schema.schedules WHERE name = 'hourly'`,
+    );
+    // the upkeep fired 26 hourly ticks into a queue nobody serves
+    const fired = await db.rows<{ n: number }>(
+      `SELECT $schema.fire_schedule('hourly', $1,
+         ARRAY(SELECT generate_series(date_trunc('hour', now()) - interval '26 hours',
+                                      date_trunc('hour', now()) - interval '1 hour', interval '1 hour')),
+         $1) AS n`,
+      [row?.next],
+    );
+    expect(fired[0]?.n).toBe(26);
+    const waiting = await db.rows<{ id: string }>(`SELECT id FROM $schema.jobs WHERE queue = 'unserved'`);
+    expect(waiting.length).toBe(26);
+    await db.tusk.schedules.remove('hourly');
+    for (const j of waiting) expect((await db.tusk.getJob(j.id))?.state).toBe('cancelled');
+  });
+
+  it('a tick job claimed and handed back while a pause waits for its row is not cancelled: the pause reads its newest version', async () => {
+    await db.tusk.schedules.set('raced', '* * * * * *', { queue: 'raced' });
+    await db.pool.query(
+      `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
+       WHERE name = 'raced'`,
+    );
+    await fireDueSchedules(await db.tusk.pool(), db.schema, 1000);
+    // a consumer fetches a tick job, runs it and nacks it, in a transaction still open
+    const consumer = await session();
+    await consumer.query('BEGIN');
+    const {
+      rows: [lease],
+    } = await consumer.query<{ id: string; lease_token: string }>(
+      `SELECT id, lease_token FROM "${db.schema}".fetch_jobs(1, 60000, 'raced')`,
+    );
+    if (!lease) throw new Error('no tick job fetched');
+    await consumer.query(`SELECT "${db.schema}".nack_job($1, $2, 0)`, [lease.id, lease.lease_token]);
+    const pauser = await session();
+    const [pid] = (await pauser.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows.map((r) => r.pid);
+    const paused = pauser.query(`SELECT "${db.schema}".pause_schedule('raced', true, NULL)`);
+    await eventually(
+      async () => (await db.rows('SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted', [pid])).length,
+    );
+    await consumer.query('COMMIT');
+    await paused;
+    // it ran once: a retry of a run, not a tick that never started
+    expect((await db.tusk.getJob(lease.id))?.state).toBe('available');
+    await db.tusk.schedules.remove('raced');
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'raced'`);
+  });
+
+  it('a new schedule made by two sessions at once: the later is an edit of the other, whose ticks it redoes', async () => {
+    // holds the insert of a schedule by a session that asks, for a second: another makes
+    // the schedule and fires it meanwhile
+    await db.pool.query(
+      `CREATE FUNCTION "${db.schema}".test_hold_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN
+         IF current_setting('tusk_test.hold', true) = 'on' THEN PERFORM pg_sleep(1); END IF;
+         RETURN NEW;
+       END $$;
+       CREATE TRIGGER test_hold BEFORE INSERT ON "${db.schema}".schedules
+       FOR EACH ROW EXECUTE FUNCTION "${db.schema}".test_hold_insert()`,
+    );
+    try {
+      const held = db.another({
+        connectionString: `${db.url}${db.url.includes('?') ? '&' : '?'}options=-c%20tusk_test.hold%3Don`,
+      });
+      const late = held.schedules.set('twice', '* * * * * *', { queue: 'twice', payload: { v: 2 } });
+      await eventually(
+        async () =>
+          (await db.rows(`SELECT 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND query LIKE '%put_schedule%'`))
+            .length,
+      );
+      await db.tusk.schedules.set('twice', '* * * * * *', { queue: 'twice', payload: { v: 1 } });
+      await db.pool.query(
+        `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
+         WHERE name = 'twice'`,
+      );
+      expect((await fireDueSchedules(await db.tusk.pool(), db.schema, 1000))?.jobs).toBeGreaterThan(0);
+      await late;
+      const payloads = await db.rows<{ payload: unknown }>(
+        `SELECT j.payload FROM $schema.schedule_runs r JOIN $schema.jobs j ON j.id = r.job_id
+         WHERE r.schedule = 'twice'`,
+      );
+      expect(payloads.length).toBeGreaterThan(0);
+      for (const p of payloads) expect(p.payload).toEqual({ v: 2 });
+    } finally {
+      await db.pool.query(`DROP TRIGGER test_hold ON "${db.schema}".schedules`);
+      await db.tusk.schedules.remove('twice');
+    }
   });
 
   it("a new or resumed schedule starts from the database's clock, not from a process clock minutes behind it", async () => {

@@ -41,11 +41,11 @@ export async function putSchedules(db: Queryable, schema: string, schedules: Sch
 export async function selectNow(db: Queryable): Promise<Date> {
   const { rows } = await db.query<{ now: Date }>('SELECT clock_timestamp() AS now');
   const [row] = rows;
-  if (!row) throw new Error('SELECT now() returned no row');
+  if (!row) throw new Error('SELECT clock_timestamp() returned no row');
   return row.now;
 }
 
-/** Removes a schedule and cancels its ticks enqueued ahead; false if there was none. */
+/** Removes a schedule and cancels its ticks enqueued and not started; false if there was none. */
 export async function deleteSchedule(db: Queryable, schema: string, name: string): Promise<boolean> {
   const { rows } = await db.query<{ found: boolean }>(`SELECT ${ident(schema)}.remove_schedule($1) AS found`, [name]);
   return rows[0]?.found ?? false;

@@ -111,7 +111,7 @@ export function schedulesCommand(program: Command): void {
   schedules
     .command('remove')
     .argument('<name>')
-    .description('remove a schedule (its ticks enqueued ahead are cancelled)')
+    .description('remove a schedule (its ticks enqueued and not started, due ones included, are cancelled)')
     .action((name: string, _o, command: Command) =>
       withTusk(command, async (tusk) => {
         if (!(await tusk.schedules.remove(name))) {
@@ -119,7 +119,7 @@ export function schedulesCommand(program: Command): void {
           process.exitCode = 1;
           return;
         }
-        console.log(`removed schedule ${name} (its ticks enqueued ahead and not started are cancelled)`);
+        console.log(`removed schedule ${name} (its ticks enqueued and not started are cancelled)`);
       }),
     );
   for (const paused of [true, false]) {
@@ -128,7 +128,7 @@ export function schedulesCommand(program: Command): void {
       .argument('<name>')
       .description(
         paused
-          ? 'pause a schedule: no tick is enqueued, its ticks enqueued ahead are cancelled'
+          ? 'pause a schedule: no tick is enqueued, its ticks enqueued and not started (due ones included) are cancelled'
           : 'resume a paused schedule at its next tick from now (the ticks of the pause are skipped)',
       )
       .action((name: string, _o, command: Command) =>

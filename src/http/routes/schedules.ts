@@ -23,7 +23,7 @@ export function scheduleEndpoints(api: Api): Endpoint[] {
       tag: 'schedules',
       access: 'admin',
       summary: paused
-        ? 'Pause a schedule: no tick is enqueued, its ticks enqueued ahead and not started are cancelled'
+        ? 'Pause a schedule: no tick is enqueued, its ticks enqueued and not started (due ones included) are cancelled'
         : 'Resume a paused schedule at its next tick from now (the ticks of the pause are skipped)',
       responses: { 200: { description: 'the schedule now', schema: scheduleSchema }, ...nameDocs },
       async handle(c) {
@@ -52,7 +52,7 @@ export function scheduleEndpoints(api: Api): Endpoint[] {
       path: '/api/schedules/:name',
       tag: 'schedules',
       access: 'admin',
-      summary: 'Remove a schedule; its ticks enqueued ahead and not started are cancelled',
+      summary: 'Remove a schedule; its ticks enqueued and not started (due ones included) are cancelled',
       description:
         'A schedule from a crontab file (source crontab) comes back at the next sync unless the file drops it.',
       responses: { 200: { description: 'removed', schema: scheduleRemovedSchema }, ...nameDocs },
