@@ -190,6 +190,22 @@ describe('tusk enqueue: the API options, in kebab case', () => {
     }
     expect(await db.rows(`SELECT 1 FROM $schema.jobs WHERE task = 'bad'`)).toHaveLength(0);
   });
+
+  it('serve: a headers bound over the request bound names the flags, before connecting', async () => {
+    // no server at this address: the check comes first
+    const r = await tusk(
+      { ...env(), DATABASE_URL: 'postgres://127.0.0.1:1/none' },
+      'serve',
+      '--headers-timeout-ms',
+      '60000',
+      '--port',
+      '0',
+    );
+    expect({ code: r.code, stdout: r.stdout }).toEqual({ code: 1, stdout: '' });
+    expect(r.stderr).toMatch(
+      /^tusk: --headers-timeout-ms: must be at most --request-timeout-ms \(30000, its default\) \(got 60000\)\n$/,
+    );
+  });
 });
 
 describe('tusk worker --require a TypeScript module', () => {

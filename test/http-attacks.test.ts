@@ -887,7 +887,7 @@ describe('8. scopes, tenant checks, cursors, aborted uploads, caching', () => {
     );
     upload.destroy();
     await eventually(() =>
-      main.lines.slice(before).some((l) => l.level === 'debug' && /cut the request off/.test(l.msg)),
+      main.lines.slice(before).some((l) => l.level === 'debug' && /ended before it was read whole/.test(l.msg)),
     );
     expect(main.lines.slice(before).filter((l) => l.level === 'error')).toEqual([]);
   });

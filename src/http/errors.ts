@@ -49,7 +49,11 @@ export async function inBody<T>(run: () => Promise<T>): Promise<T> {
 export function errorHandler(log: Logger) {
   return (error: Error, c: Context): Response => {
     const e = toHttpError(error);
-    if (e.code === 'aborted') log.debug({ err: error, path: c.req.path }, 'tusk http: the client cut the request off');
+    if (e.code === 'aborted')
+      log.debug(
+        { err: error, path: c.req.path },
+        'tusk http: the request ended before it was read whole (the client left, or it took longer than requestTimeoutMs)',
+      );
     else if (e.code === 'timeout') log.warn({ err: error, path: c.req.path }, 'tusk http: statement timeout');
     else if (e.status >= 500 && !(error instanceof HttpError)) {
       log.error({ err: error, path: c.req.path }, 'tusk http: request failed');

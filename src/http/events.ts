@@ -99,7 +99,8 @@ export class EventFeed {
 
   #on(event: JobEvent) {
     return (ids: string[]) => {
-      this.#reading = this.#reading.then(() => this.#read(event, ids));
+      // caught: a batch whose handling throws must not end the chain, and every later batch, for every stream
+      this.#reading = this.#reading.then(() => this.#read(event, ids)).catch(() => {});
     };
   }
 

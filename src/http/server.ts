@@ -12,6 +12,7 @@ import type { AppEnv } from './env.js';
 import { isLoopback } from './guard.js';
 import { DEFAULT_POOLS, ServerPools } from './pools.js';
 import { DEFAULT_RATE_LIMIT, type RateLimit } from './rateLimit.js';
+import { DEFAULT_HEADERS_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS } from './requestTimeouts.js';
 import { ApiTokens } from './tokens.js';
 
 /** Options of `createServer(tusk, options)`. */
@@ -85,8 +86,6 @@ export interface TuskServer {
 /** Shortest admin token accepted off loopback and in a mounted app. */
 export const MIN_ADMIN_TOKEN_LENGTH = 32;
 const MIN_BATCH_BODY_BYTES = 4 * 1024 * 1024;
-const DEFAULT_HEADERS_TIMEOUT_MS = 10_000;
-const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
 const optionsSchema = z.strictObject({
   auth: z

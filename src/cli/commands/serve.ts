@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
 import type { PoolClient } from 'pg';
+import { DEFAULT_REQUEST_TIMEOUT_MS } from '../../http/requestTimeouts.js';
 import { checkSchema } from '../../migrate/migrate.js';
-import { intOption, tuskFor } from '../context.js';
+import { intOption, optionError, tuskFor } from '../context.js';
 import { runUntilSignal, StopSignal } from '../lifecycle.js';
 
 interface Options {
@@ -31,7 +32,7 @@ export function serveCommand(program: Command): void {
     )
     .option(
       '--headers-timeout-ms <ms>',
-      "longest a client may take to send a request's headers: past it, 408 and the connection closed (default 10000)",
+      "longest a client may take to send a request's headers: past it, 408 and the connection closed; at most --request-timeout-ms (default 10000, or --request-timeout-ms if less)",
       intOption('--headers-timeout-ms', 1, 3_600_000),
     )
     .option(
@@ -45,6 +46,14 @@ export function serveCommand(program: Command): void {
       let close = async () => {};
       let held: PoolClient | undefined;
       try {
+        const { headersTimeoutMs: headers, requestTimeoutMs: request } = options;
+        // checked before connecting, with the flags' names
+        if (headers !== undefined && headers > (request ?? DEFAULT_REQUEST_TIMEOUT_MS)) {
+          throw optionError(
+            '--headers-timeout-ms',
+            `must be at most --request-timeout-ms (${request ?? `${DEFAULT_REQUEST_TIMEOUT_MS}, its default`}) (got ${headers})`,
+          );
+        }
         const pool = await tusk.pool();
         await checkSchema(pool, tusk.schema);
         // A shared embedded server is stopped by the last process to leave it, counted by

@@ -1,3 +1,5 @@
+import { ServerResponse } from 'node:http';
+import { Http2ServerResponse } from 'node:http2';
 import type { Context } from 'hono';
 import { streamSSE } from 'hono/streaming';
 import { jobPage } from '../../client/inspect.js';
@@ -86,8 +88,9 @@ async function tenantDependencies(
  * Elsewhere there is none to reach: the response's end is all the app can do.
  */
 function destroyConnection(env: unknown): void {
-  const outgoing = (env as { outgoing?: { destroy?: unknown } } | undefined)?.outgoing;
-  if (typeof outgoing?.destroy === 'function') (outgoing as { destroy(): void }).destroy();
+  const outgoing = (env as { outgoing?: unknown } | undefined)?.outgoing;
+  // a Node response only: a mounted app's env may hold an `outgoing` of another kind
+  if (outgoing instanceof ServerResponse || outgoing instanceof Http2ServerResponse) outgoing.destroy();
 }
 
 /** Long polls (`GET /api/jobs/:id?waitMs=`) one caller (one token) may hold at once. */
