@@ -166,4 +166,12 @@ async function ceilingBound(
       `\nruns at most ${cores} × 10^6 / (${f(ceiling.server)} + ${f(tusk.client)}) = ${bound.toLocaleString('en')} jobs/s,` +
       ` ${(bound / ceiling.rate).toFixed(2)} of the ceiling's rate in this run.`,
   );
+  // the peers suite's goal: a tuned drain at half the ceiling's rate
+  const half = ceiling.rate / 2;
+  const budget = (cores * 1e6) / half;
+  console.log(
+    `Half the ceiling's rate (${Math.round(half).toLocaleString('en')} jobs/s) leaves ${f(budget)} µs of CPU a job on ${cores} cores:` +
+      ` with this worker's ${f(tusk.client)}, the server's share must be at most ${f(budget - tusk.client)} µs` +
+      ` (this drain's: ${f(tusk.server)}).`,
+  );
 }
