@@ -18,6 +18,19 @@ async function tickJobs(schedule: string): Promise<Array<{ id: string; tick: Dat
   );
 }
 
+/**
+ * Fires `name`'s ticks of the last 3 s, as an upkeep that comes 3 s late (due, available),
+ * and those of the next `aheadMs` (scheduled); the upkeep's result.
+ */
+async function fireLate(name: string, aheadMs = 1000) {
+  await db.pool.query(
+    `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
+     WHERE name = $1`,
+    [name],
+  );
+  return fireDueSchedules(await db.tusk.pool(), db.schema, aheadMs);
+}
+
 describe('recurring jobs', () => {
   it('3 workers over 5 ticks: exactly 5 jobs, one per tick, each started at its tick', async () => {
     const runs: Array<{ at: number; worker: number }> = [];
@@ -195,11 +208,7 @@ describe('recurring jobs', () => {
     const set = (cron: string, v: number) => db.tusk.schedules.set('edited', cron, { queue: 'edits', payload: { v } });
     await set('* * * * * *', 1);
     // ticks of the last 3 s (due, available) and of the next 3 s (ahead, scheduled)
-    await db.pool.query(
-      `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
-       WHERE name = 'edited'`,
-    );
-    await fireDueSchedules(await db.tusk.pool(), db.schema, 3000);
+    await fireLate('edited', 3000);
     const [started] = await db.rows<{ id: string; lease_token: string }>(
       `SELECT id, lease_token FROM $schema.fetch_jobs(1, 60000, 'edits')`,
     );
@@ -246,12 +255,7 @@ describe('recurring jobs', () => {
     for (const stop of ['pause', 'remove'] as const) {
       const name = `due-${stop}`;
       await db.tusk.schedules.set(name, '* * * * * *', { queue: 'due-stop' });
-      await db.pool.query(
-        `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
-         WHERE name = $1`,
-        [name],
-      );
-      await fireDueSchedules(await db.tusk.pool(), db.schema, 1000);
+      await fireLate(name);
       const enqueued = await tickJobs(name);
       expect(enqueued.filter((j) => j.state === 'available').length).toBeGreaterThanOrEqual(3);
       await db.tusk.schedules[stop](name);
@@ -262,11 +266,7 @@ describe('recurring jobs', () => {
 
   it('a tick job that ran, failed and was retried is not a tick to cancel: a pause leaves it', async () => {
     await db.tusk.schedules.set('ran', '* * * * * *', { queue: 'ran', maxAttempts: 1 });
-    await db.pool.query(
-      `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
-       WHERE name = 'ran'`,
-    );
-    await fireDueSchedules(await db.tusk.pool(), db.schema, 1000);
+    await fireLate('ran');
     const [lease] = await db.rows<{ id: string; lease_token: string }>(
       `SELECT id, lease_token FROM $schema.fetch_jobs(1, 60000, 'ran')`,
     );
@@ -285,11 +285,7 @@ describe('recurring jobs', () => {
 
   it('a new expression keeps the ticks whose time came: enqueued again under the new definition', async () => {
     await db.tusk.schedules.set('reworded', '* * * * * *', { queue: 'reworded', payload: { v: 1 } });
-    await db.pool.query(
-      `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
-       WHERE name = 'reworded'`,
-    );
-    await fireDueSchedules(await db.tusk.pool(), db.schema, 1000);
+    await fireLate('reworded');
     const before = await tickJobs('reworded');
     const [now] = await db.rows<{ at: Date }>('SELECT now() AS at');
     const due = before.filter((j) => j.tick <= (now?.at as Date)).map((j) => j.tick.getTime());
@@ -328,11 +324,7 @@ describe('recurring jobs', () => {
 
   it('a tick job claimed and handed back while a pause waits for its row is not cancelled: the pause reads its newest version', async () => {
     await db.tusk.schedules.set('raced', '* * * * * *', { queue: 'raced' });
-    await db.pool.query(
-      `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
-       WHERE name = 'raced'`,
-    );
-    await fireDueSchedules(await db.tusk.pool(), db.schema, 1000);
+    await fireLate('raced');
     // a consumer fetches a tick job, runs it and nacks it, in a transaction still open
     const consumer = await session();
     await consumer.query('BEGIN');
@@ -380,11 +372,7 @@ describe('recurring jobs', () => {
             .length,
       );
       await db.tusk.schedules.set('twice', '* * * * * *', { queue: 'twice', payload: { v: 1 } });
-      await db.pool.query(
-        `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
-         WHERE name = 'twice'`,
-      );
-      expect((await fireDueSchedules(await db.tusk.pool(), db.schema, 1000))?.jobs).toBeGreaterThan(0);
+      expect((await fireLate('twice'))?.jobs).toBeGreaterThan(0);
       await late;
       const payloads = await db.rows<{ payload: unknown }>(
         `SELECT j.payload FROM $schema.schedule_runs r JOIN $schema.jobs j ON j.id = r.job_id
