@@ -30,6 +30,28 @@ RETURNS TABLE (job_id bigint, tick timestamptz) LANGUAGE sql VOLATILE AS $$
   FOR UPDATE OF j
 $$;
 
+-- Enqueues tick p_tick of schedule s as a job holding its definition, due at the tick,
+-- and returns the job's id; NULL if the tick has a job already (the (schedule, tick) key:
+-- one job a tick, whoever tries).
+CREATE OR REPLACE FUNCTION :SCHEMA.enqueue_tick(s :SCHEMA.schedules, p_tick timestamptz)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v_id bigint;
+BEGIN
+  INSERT INTO :SCHEMA.schedule_runs (schedule, tick) VALUES (s.name, p_tick) ON CONFLICT DO NOTHING;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  INSERT INTO :SCHEMA.jobs (tenant, queue, task, payload, priority, state, run_at, max_attempts,
+                            concurrency_key, retry)
+  VALUES (s.tenant, s.queue, s.task, s.payload, s.priority,
+          CASE WHEN p_tick > now() THEN 'scheduled' ELSE 'available' END:::SCHEMA.job_state,
+          p_tick, s.max_attempts, s.concurrency_key, s.retry)
+  RETURNING id INTO v_id;
+  UPDATE :SCHEMA.schedule_runs SET job_id = v_id WHERE schedule = s.name AND tick = p_tick;
+  RETURN v_id;
+END $$;
+
 -- Creates or replaces a schedule (p_schedule: a row of schedules as JSON, next_run_at
 -- included). An unchanged expression and time zone keep the next tick they had, so
 -- re-applying a schedule at every deploy neither skips nor repeats a tick. A change to
@@ -84,18 +106,11 @@ BEGIN
   IF s.paused_at IS NOT NULL THEN
     RETURN;
   END IF;
-  -- as fire_schedule enqueues them: those whose time came, under the new definition (a new
+  -- enqueued as fire_schedule does: those whose time came, under the new definition (a new
   -- expression's next tick is later than now), and with the same times the later ones too
   FOREACH v_tick IN ARRAY coalesce(v_ticks, '{}') LOOP
     CONTINUE WHEN NOT v_same_times AND v_tick > now();
-    INSERT INTO :SCHEMA.schedule_runs (schedule, tick) VALUES (s.name, v_tick);
-    INSERT INTO :SCHEMA.jobs (tenant, queue, task, payload, priority, state, run_at, max_attempts,
-                              concurrency_key, retry)
-    VALUES (s.tenant, s.queue, s.task, s.payload, s.priority,
-            CASE WHEN v_tick > now() THEN 'scheduled' ELSE 'available' END:::SCHEMA.job_state,
-            v_tick, s.max_attempts, s.concurrency_key, s.retry)
-    RETURNING id INTO v_id;
-    UPDATE :SCHEMA.schedule_runs SET job_id = v_id WHERE schedule = s.name AND tick = v_tick;
+    v_id := :SCHEMA.enqueue_tick(s, v_tick);
     UPDATE :SCHEMA.schedules SET last_job_id = v_id WHERE name = s.name AND last_run_at = v_tick;
   END LOOP;
 END $$;
@@ -119,15 +134,8 @@ BEGIN
     RETURN 0;
   END IF;
   FOREACH v_tick IN ARRAY coalesce(p_ticks, '{}') LOOP
-    INSERT INTO :SCHEMA.schedule_runs (schedule, tick) VALUES (p_name, v_tick) ON CONFLICT DO NOTHING;
-    CONTINUE WHEN NOT FOUND;
-    INSERT INTO :SCHEMA.jobs (tenant, queue, task, payload, priority, state, run_at, max_attempts,
-                              concurrency_key, retry)
-    VALUES (s.tenant, s.queue, s.task, s.payload, s.priority,
-            CASE WHEN v_tick > now() THEN 'scheduled' ELSE 'available' END:::SCHEMA.job_state,
-            v_tick, s.max_attempts, s.concurrency_key, s.retry)
-    RETURNING id INTO v_id;
-    UPDATE :SCHEMA.schedule_runs SET job_id = v_id WHERE schedule = p_name AND tick = v_tick;
+    v_id := :SCHEMA.enqueue_tick(s, v_tick);
+    CONTINUE WHEN v_id IS NULL;
     UPDATE :SCHEMA.schedules SET last_run_at = v_tick, last_job_id = v_id WHERE name = p_name;
     v_n := v_n + 1;
   END LOOP;

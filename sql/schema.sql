@@ -1398,6 +1398,62 @@ BEGIN
 END $$;
 
 --
+-- Name: schedules; Type: TABLE; Schema: tusk; Owner: -
+--
+
+CREATE TABLE tusk.schedules (
+    name text NOT NULL,
+    cron text NOT NULL,
+    tz text DEFAULT 'UTC'::text NOT NULL,
+    task text NOT NULL,
+    payload jsonb DEFAULT 'null'::jsonb NOT NULL,
+    tenant text DEFAULT 'default'::text NOT NULL,
+    queue text DEFAULT 'default'::text NOT NULL,
+    priority smallint DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 5 NOT NULL,
+    concurrency_key text DEFAULT ''::text NOT NULL,
+    retry jsonb,
+    backfill integer DEFAULT 0 NOT NULL,
+    source text DEFAULT 'api'::text NOT NULL,
+    next_run_at timestamp with time zone,
+    last_run_at timestamp with time zone,
+    last_job_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_at timestamp with time zone,
+    CONSTRAINT schedules_backfill_check CHECK ((backfill >= 0)),
+    CONSTRAINT schedules_max_attempts_check CHECK ((max_attempts > 0)),
+    CONSTRAINT schedules_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),
+    CONSTRAINT schedules_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
+    CONSTRAINT schedules_task_check CHECK (((length(task) >= 1) AND (length(task) <= 200))),
+    CONSTRAINT schedules_tenant_check CHECK (((length(tenant) >= 1) AND (length(tenant) <= 128)))
+);
+
+--
+-- Name: enqueue_tick(tusk.schedules, timestamp with time zone); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.enqueue_tick(s tusk.schedules, p_tick timestamp with time zone) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_id bigint;
+BEGIN
+  INSERT INTO "tusk".schedule_runs (schedule, tick) VALUES (s.name, p_tick) ON CONFLICT DO NOTHING;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  INSERT INTO "tusk".jobs (tenant, queue, task, payload, priority, state, run_at, max_attempts,
+                            concurrency_key, retry)
+  VALUES (s.tenant, s.queue, s.task, s.payload, s.priority,
+          CASE WHEN p_tick > now() THEN 'scheduled' ELSE 'available' END::"tusk".job_state,
+          p_tick, s.max_attempts, s.concurrency_key, s.retry)
+  RETURNING id INTO v_id;
+  UPDATE "tusk".schedule_runs SET job_id = v_id WHERE schedule = s.name AND tick = p_tick;
+  RETURN v_id;
+END $$;
+
+--
 -- Name: ensure_history_partitions(integer); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -1712,15 +1768,8 @@ BEGIN
     RETURN 0;
   END IF;
   FOREACH v_tick IN ARRAY coalesce(p_ticks, '{}') LOOP
-    INSERT INTO "tusk".schedule_runs (schedule, tick) VALUES (p_name, v_tick) ON CONFLICT DO NOTHING;
-    CONTINUE WHEN NOT FOUND;
-    INSERT INTO "tusk".jobs (tenant, queue, task, payload, priority, state, run_at, max_attempts,
-                              concurrency_key, retry)
-    VALUES (s.tenant, s.queue, s.task, s.payload, s.priority,
-            CASE WHEN v_tick > now() THEN 'scheduled' ELSE 'available' END::"tusk".job_state,
-            v_tick, s.max_attempts, s.concurrency_key, s.retry)
-    RETURNING id INTO v_id;
-    UPDATE "tusk".schedule_runs SET job_id = v_id WHERE schedule = p_name AND tick = v_tick;
+    v_id := "tusk".enqueue_tick(s, v_tick);
+    CONTINUE WHEN v_id IS NULL;
     UPDATE "tusk".schedules SET last_run_at = v_tick, last_job_id = v_id WHERE name = p_name;
     v_n := v_n + 1;
   END LOOP;
@@ -2602,18 +2651,11 @@ BEGIN
   IF s.paused_at IS NOT NULL THEN
     RETURN;
   END IF;
-  -- as fire_schedule enqueues them: those whose time came, under the new definition (a new
+  -- enqueued as fire_schedule does: those whose time came, under the new definition (a new
   -- expression's next tick is later than now), and with the same times the later ones too
   FOREACH v_tick IN ARRAY coalesce(v_ticks, '{}') LOOP
     CONTINUE WHEN NOT v_same_times AND v_tick > now();
-    INSERT INTO "tusk".schedule_runs (schedule, tick) VALUES (s.name, v_tick);
-    INSERT INTO "tusk".jobs (tenant, queue, task, payload, priority, state, run_at, max_attempts,
-                              concurrency_key, retry)
-    VALUES (s.tenant, s.queue, s.task, s.payload, s.priority,
-            CASE WHEN v_tick > now() THEN 'scheduled' ELSE 'available' END::"tusk".job_state,
-            v_tick, s.max_attempts, s.concurrency_key, s.retry)
-    RETURNING id INTO v_id;
-    UPDATE "tusk".schedule_runs SET job_id = v_id WHERE schedule = s.name AND tick = v_tick;
+    v_id := "tusk".enqueue_tick(s, v_tick);
     UPDATE "tusk".schedules SET last_job_id = v_id WHERE name = s.name AND last_run_at = v_tick;
   END LOOP;
 END $$;
@@ -3690,38 +3732,6 @@ CREATE TABLE tusk.schedule_runs (
     schedule text NOT NULL,
     tick timestamp with time zone NOT NULL,
     job_id bigint
-);
-
---
--- Name: schedules; Type: TABLE; Schema: tusk; Owner: -
---
-
-CREATE TABLE tusk.schedules (
-    name text NOT NULL,
-    cron text NOT NULL,
-    tz text DEFAULT 'UTC'::text NOT NULL,
-    task text NOT NULL,
-    payload jsonb DEFAULT 'null'::jsonb NOT NULL,
-    tenant text DEFAULT 'default'::text NOT NULL,
-    queue text DEFAULT 'default'::text NOT NULL,
-    priority smallint DEFAULT 0 NOT NULL,
-    max_attempts integer DEFAULT 5 NOT NULL,
-    concurrency_key text DEFAULT ''::text NOT NULL,
-    retry jsonb,
-    backfill integer DEFAULT 0 NOT NULL,
-    source text DEFAULT 'api'::text NOT NULL,
-    next_run_at timestamp with time zone,
-    last_run_at timestamp with time zone,
-    last_job_id bigint,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    paused_at timestamp with time zone,
-    CONSTRAINT schedules_backfill_check CHECK ((backfill >= 0)),
-    CONSTRAINT schedules_max_attempts_check CHECK ((max_attempts > 0)),
-    CONSTRAINT schedules_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),
-    CONSTRAINT schedules_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
-    CONSTRAINT schedules_task_check CHECK (((length(task) >= 1) AND (length(task) <= 200))),
-    CONSTRAINT schedules_tenant_check CHECK (((length(tenant) >= 1) AND (length(tenant) <= 128)))
 );
 
 --
