@@ -13,8 +13,9 @@
 -- remove_schedule cancelled the ticks still scheduled only: a tick already due, made
 -- available and waiting for a worker (a busy queue) still ran after the pause or removal.
 -- fire_schedule forgot a tick a day after its time, while its job may still wait (a queue
--- nobody serves): it now keeps the tick while its job is unfinished, so that such a job is
--- found too. Bodies: the baseline's (part 11) but for that.
+-- nobody serves): it now keeps the tick while its job, or an earlier tick's, is unfinished,
+-- so that such a job is found too. A new expression goes on from the old next tick when its
+-- time came before the upkeep fired it (two edits in one upkeep pass lost it). Bodies: the baseline's (part 11) but for that.
 
 -- The schedule's tick jobs not started, locked (a claim, a run and a nack meanwhile are
 -- seen: the row's newest version is checked): scheduled, or available, with no attempt
@@ -106,6 +107,13 @@ BEGIN
   IF s.paused_at IS NOT NULL THEN
     RETURN;
   END IF;
+  -- a new expression goes on from its first tick after the caller's clock, or from the old
+  -- next tick if that time came and the upkeep has not fired it yet (a tick owed): a second
+  -- edit before the upkeep must not step over the ticks the first left to it
+  IF NOT v_same_times AND v_old.next_run_at <= now() THEN
+    UPDATE :SCHEMA.schedules SET next_run_at = least(next_run_at, v_old.next_run_at)
+    WHERE name = s.name;
+  END IF;
   -- enqueued as fire_schedule does: those whose time came, under the new definition (a new
   -- expression's next tick is later than now), and with the same times the later ones too
   FOREACH v_tick IN ARRAY coalesce(v_ticks, '{}') LOOP
@@ -116,8 +124,9 @@ BEGIN
 END $$;
 
 -- Fires a schedule's ticks (the upkeep: p_expected the next tick it read, p_ticks those
--- due, p_next the one after). A tick is forgotten a day after its time once its job has
--- finished: while the job waits, an edit, a pause or a removal finds it.
+-- due, p_next the one after). A tick is forgotten a day after its time once its job, and
+-- those of the ticks before it, have finished: while a job waits, an edit, a pause or a
+-- removal finds it.
 CREATE OR REPLACE FUNCTION :SCHEMA.fire_schedule(
   p_name text, p_expected timestamptz, p_ticks timestamptz[], p_next timestamptz
 ) RETURNS integer LANGUAGE plpgsql AS $$
@@ -139,8 +148,13 @@ BEGIN
     UPDATE :SCHEMA.schedules SET last_run_at = v_tick, last_job_id = v_id WHERE name = p_name;
     v_n := v_n + 1;
   END LOOP;
-  DELETE FROM :SCHEMA.schedule_runs r WHERE r.schedule = p_name AND r.tick < now() - interval '1 day'
-    AND NOT EXISTS (SELECT 1 FROM :SCHEMA.jobs j WHERE j.id = r.job_id);
+  -- forgotten from the oldest up to the first whose job is unfinished: a walk as long as
+  -- what it forgets, not as the backlog of an unserved queue
+  DELETE FROM :SCHEMA.schedule_runs r WHERE r.schedule = p_name AND r.tick < coalesce((
+    SELECT o.tick FROM :SCHEMA.schedule_runs o
+    WHERE o.schedule = p_name AND o.tick < now() - interval '1 day'
+      AND EXISTS (SELECT 1 FROM :SCHEMA.jobs j WHERE j.id = o.job_id)
+    ORDER BY o.tick LIMIT 1), now() - interval '1 day');
   RETURN v_n;
 END $$;
 

@@ -1773,8 +1773,13 @@ BEGIN
     UPDATE "tusk".schedules SET last_run_at = v_tick, last_job_id = v_id WHERE name = p_name;
     v_n := v_n + 1;
   END LOOP;
-  DELETE FROM "tusk".schedule_runs r WHERE r.schedule = p_name AND r.tick < now() - interval '1 day'
-    AND NOT EXISTS (SELECT 1 FROM "tusk".jobs j WHERE j.id = r.job_id);
+  -- forgotten from the oldest up to the first whose job is unfinished: a walk as long as
+  -- what it forgets, not as the backlog of an unserved queue
+  DELETE FROM "tusk".schedule_runs r WHERE r.schedule = p_name AND r.tick < coalesce((
+    SELECT o.tick FROM "tusk".schedule_runs o
+    WHERE o.schedule = p_name AND o.tick < now() - interval '1 day'
+      AND EXISTS (SELECT 1 FROM "tusk".jobs j WHERE j.id = o.job_id)
+    ORDER BY o.tick LIMIT 1), now() - interval '1 day');
   RETURN v_n;
 END $$;
 
@@ -2650,6 +2655,13 @@ BEGIN
   SELECT array_agg(g.tick ORDER BY g.tick) INTO v_ticks FROM gone g;
   IF s.paused_at IS NOT NULL THEN
     RETURN;
+  END IF;
+  -- a new expression goes on from its first tick after the caller's clock, or from the old
+  -- next tick if that time came and the upkeep has not fired it yet (a tick owed): a second
+  -- edit before the upkeep must not step over the ticks the first left to it
+  IF NOT v_same_times AND v_old.next_run_at <= now() THEN
+    UPDATE "tusk".schedules SET next_run_at = least(next_run_at, v_old.next_run_at)
+    WHERE name = s.name;
   END IF;
   -- enqueued as fire_schedule does: those whose time came, under the new definition (a new
   -- expression's next tick is later than now), and with the same times the later ones too

@@ -386,6 +386,57 @@ describe('recurring jobs', () => {
     }
   });
 
+  it('a new expression does not step over ticks whose time came and that the upkeep has not fired yet', async () => {
+    await db.tusk.schedules.set('owed', '* * * * * *', { queue: 'owed' });
+    // the upkeep is 3 s behind: three ticks are owed, none enqueued
+    await db.pool.query(
+      `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
+       WHERE name = 'owed'`,
+    );
+    const [owed] = await db.rows<{ next: Date }>(
+      `SELECT next_run_at AS next FROM $schema.schedules WHERE name = 'owed'`,
+    );
+    // the same instants in another time zone's name: a new expression, twice before the upkeep
+    await db.tusk.schedules.set('owed', '* * * * * *', { queue: 'owed', tz: 'Etc/UTC' });
+    await db.tusk.schedules.set('owed', '* * * * * *', { queue: 'owed', tz: 'UTC' });
+    await fireDueSchedules(await db.tusk.pool(), db.schema, 0);
+    const ticks = (await tickJobs('owed')).map((j) => j.tick.getTime());
+    const first = owed ? owed.next.getTime() : Number.NaN;
+    expect(ticks.slice(0, 3)).toEqual([first, first + 1000, first + 2000]);
+    await db.tusk.schedules.remove('owed');
+  });
+
+  it('a tick is forgotten a day after its time once its job and those before it have finished', async () => {
+    await db.tusk.schedules.set('aged', '0 * * * *', { queue: 'aged' });
+    const next = async () =>
+      (await db.rows<{ next: Date }>(`SELECT next_run_at AS next FROM $schema.schedules WHERE name = 'aged'`))[0]?.next;
+    const fire = async (hoursAgo: number[]) =>
+      db.rows(
+        `SELECT $schema.fire_schedule('aged', $1,
+           ARRAY(SELECT date_trunc('hour', now()) - h * interval '1 hour' FROM unnest($2::integer[]) h), $1)`,
+        [await next(), hoursAgo],
+      );
+    await fire([30, 29, 28, 27, 26, 2, 1]);
+    const runs = async () =>
+      (
+        await db.rows<{ h: number }>(
+          `SELECT extract(epoch FROM date_trunc('hour', now()) - tick)::integer / 3600 AS h
+           FROM $schema.schedule_runs WHERE schedule = 'aged' ORDER BY tick`,
+        )
+      ).map((r) => r.h);
+    // the jobs of 30, 29 and 27 hours ago finish; 28's waits
+    await db.pool.query(
+      `DELETE FROM "${db.schema}".jobs WHERE queue = 'aged'
+       AND run_at IN (SELECT date_trunc('hour', now()) - h * interval '1 hour' FROM unnest('{30,29,27}'::integer[]) h)`,
+    );
+    await fire([]);
+    expect(await runs()).toEqual([28, 27, 26, 2, 1]);
+    await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'aged'`);
+    await fire([]);
+    expect(await runs()).toEqual([2, 1]);
+    await db.tusk.schedules.remove('aged');
+  });
+
   it("a new or resumed schedule starts from the database's clock, not from a process clock minutes behind it", async () => {
     const dbSecond = async () =>
       (
