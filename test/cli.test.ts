@@ -172,7 +172,7 @@ describe('tusk CLI', () => {
     const removed = await tusk(env(), 'schedules', 'remove', 'cli-nightly');
     expect(removed).toMatchObject({
       code: 0,
-      stdout: 'removed schedule cli-nightly (its ticks enqueued ahead and not started are cancelled)\n',
+      stdout: 'removed schedule cli-nightly (its ticks enqueued and not started are cancelled)\n',
     });
     const gone = await tusk(env(), 'schedules', 'remove', 'cli-nightly');
     expect(gone.code).toBe(1);
