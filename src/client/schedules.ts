@@ -62,8 +62,9 @@ export class Schedules {
   /**
    * Creates or replaces a schedule. Re-setting an unchanged expression and time zone
    * keeps its next tick (safe at every start-up); a new one starts at the next tick. An
-   * edit redoes the ticks enqueued and not started, in the same transaction: enqueued
-   * again under the new definition (same expression), or cancelled (new expression).
+   * edit redoes the ticks enqueued and not started, in the same transaction: they are
+   * cancelled, those whose time has come are enqueued again under the new definition,
+   * and with the same expression the later ones too.
    */
   async set(name: string, cron: string, options: ScheduleOptions = {}): Promise<ScheduleInfo> {
     const input = this.#input(name, cron, options, 'api', '');
