@@ -357,6 +357,22 @@ CREATE FUNCTION tusk.capped_ms(p_from timestamp with time zone, p_to timestamp w
 $$;
 
 --
+-- Name: check_lease_ms(integer); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.check_lease_ms(p_ms integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF p_ms IS NULL THEN
+    PERFORM "tusk".arg_refuse('ms', 'must be given (the lease''s new length in milliseconds)');
+  END IF;
+  IF p_ms < 1 THEN
+    PERFORM "tusk".arg_refuse('ms', format('must be a lease length in milliseconds, 1 or more (got %s)', p_ms));
+  END IF;
+END $$;
+
+--
 -- Name: jobs; Type: TABLE; Schema: tusk; Owner: -
 --
 
@@ -1490,12 +1506,7 @@ CREATE FUNCTION tusk.extend_lease(p_id bigint, p_token bigint, p_ms integer) RET
 DECLARE
   v_until timestamptz;
 BEGIN
-  IF p_ms IS NULL THEN
-    PERFORM "tusk".arg_refuse('ms', 'must be given (the lease''s new length in milliseconds)');
-  END IF;
-  IF p_ms < 1 THEN
-    PERFORM "tusk".arg_refuse('ms', format('must be a lease length in milliseconds, 1 or more (got %s)', p_ms));
-  END IF;
+  PERFORM "tusk".check_lease_ms(p_ms);
   UPDATE "tusk".jobs SET lease_until = clock_timestamp() + p_ms * interval '1 millisecond'
   WHERE id = p_id AND lease_token = p_token AND state = 'running'
   RETURNING lease_until INTO v_until;
@@ -3415,12 +3426,7 @@ CREATE FUNCTION tusk.working(p_id bigint, p_token bigint, p_ms integer, OUT leas
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-  IF p_ms IS NULL THEN
-    PERFORM "tusk".arg_refuse('ms', 'must be given (the lease''s new length in milliseconds)');
-  END IF;
-  IF p_ms < 1 THEN
-    PERFORM "tusk".arg_refuse('ms', format('must be a lease length in milliseconds, 1 or more (got %s)', p_ms));
-  END IF;
+  PERFORM "tusk".check_lease_ms(p_ms);
   UPDATE "tusk".jobs j SET lease_until = clock_timestamp() + p_ms * interval '1 millisecond'
   WHERE j.id = p_id AND j.lease_token = p_token AND j.state = 'running'
   RETURNING j.lease_until, j.cancel_requested INTO working.lease_until, working.cancel_requested;
