@@ -15,20 +15,33 @@
 -- fire_schedule forgot a tick a day after its time, while its job may still wait (a queue
 -- nobody serves): it now keeps the tick while its job, or an earlier tick's, is unfinished,
 -- so that such a job is found too. A new expression goes on from the old next tick when its
--- time came before the upkeep fired it (two edits in one upkeep pass lost it). Bodies: the baseline's (part 11) but for that.
+-- time came before the upkeep fired it (two edits in one upkeep pass lost it). Bodies:
+-- the baseline's (part 11) but for that.
 
--- The schedule's tick jobs not started, locked (a claim, a run and a nack meanwhile are
--- seen: the row's newest version is checked): scheduled, or available, with no attempt
--- counted and no error recorded. A job handed back unstarted has its attempt refunded
--- and no error; a retry (attempts set to 0) of a run that failed or ended keeps the
--- run's errors, and is not a new tick.
-CREATE OR REPLACE FUNCTION :SCHEMA.schedule_jobs_not_started(p_name text)
-RETURNS TABLE (job_id bigint, tick timestamptz) LANGUAGE sql VOLATILE AS $$
-  SELECT r.job_id, r.tick FROM :SCHEMA.schedule_runs r JOIN :SCHEMA.jobs j ON j.id = r.job_id
-  WHERE r.schedule = p_name AND j.state IN ('scheduled', 'available') AND j.attempts = 0
-    AND j.errors IS NULL
-  ORDER BY j.id
-  FOR UPDATE OF j
+-- Cancels the schedule's tick jobs not started and forgets their ticks (so that they can
+-- be enqueued again); returns those ticks in order. Not started: scheduled, or available,
+-- with no attempt counted and no error recorded. A job handed back unstarted has its
+-- attempt refunded and no error; a retry (attempts set to 0) of a run that failed or ended
+-- keeps the run's errors, and is not a new tick. The jobs are locked first, so a claim, a
+-- run and a nack meanwhile are seen: the row's newest version is checked.
+CREATE OR REPLACE FUNCTION :SCHEMA.cancel_ticks_not_started(p_name text)
+RETURNS timestamptz[] LANGUAGE sql VOLATILE AS $$
+  WITH waiting AS (
+    SELECT r.job_id FROM :SCHEMA.schedule_runs r JOIN :SCHEMA.jobs j ON j.id = r.job_id
+    WHERE r.schedule = p_name AND j.state IN ('scheduled', 'available') AND j.attempts = 0
+      AND j.errors IS NULL
+    ORDER BY j.id
+    FOR UPDATE OF j
+  ),
+  cancelled AS (
+    SELECT c.id FROM :SCHEMA.finish_jobs('cancelled', (
+      SELECT coalesce(jsonb_agg(jsonb_build_object('id', w.job_id)), '[]') FROM waiting w)) c
+  ),
+  gone AS (
+    DELETE FROM :SCHEMA.schedule_runs r USING cancelled c
+    WHERE r.schedule = p_name AND r.job_id = c.id RETURNING r.tick
+  )
+  SELECT array_agg(g.tick ORDER BY g.tick) FROM gone g
 $$;
 
 -- Enqueues tick p_tick of schedule s as a job holding its definition, due at the tick,
@@ -95,15 +108,7 @@ BEGIN
     RETURN;  -- set again unchanged: its jobs stand
   END IF;
   v_same_times := v_old.cron = s.cron AND v_old.tz = s.tz;
-  -- forgotten with their jobs, so that they can be enqueued again
-  WITH cancelled AS (
-    SELECT c.id FROM :SCHEMA.finish_jobs('cancelled', (
-      SELECT coalesce(jsonb_agg(jsonb_build_object('id', n.job_id)), '[]')
-      FROM :SCHEMA.schedule_jobs_not_started(s.name) n)) c),
-  gone AS (
-    DELETE FROM :SCHEMA.schedule_runs r USING cancelled c
-    WHERE r.schedule = s.name AND r.job_id = c.id RETURNING r.tick)
-  SELECT array_agg(g.tick ORDER BY g.tick) INTO v_ticks FROM gone g;
+  v_ticks := :SCHEMA.cancel_ticks_not_started(s.name);
   IF s.paused_at IS NOT NULL THEN
     RETURN;
   END IF;
@@ -167,9 +172,7 @@ BEGIN
   IF NOT FOUND THEN
     RETURN false;
   END IF;
-  PERFORM 1 FROM :SCHEMA.finish_jobs('cancelled', (
-    SELECT coalesce(jsonb_agg(jsonb_build_object('id', n.job_id)), '[]')
-    FROM :SCHEMA.schedule_jobs_not_started(p_name) n));
+  PERFORM :SCHEMA.cancel_ticks_not_started(p_name);
   DELETE FROM :SCHEMA.schedule_runs WHERE schedule = p_name;
   RETURN true;
 END $$;
@@ -189,11 +192,7 @@ BEGIN
   IF p_paused THEN
     UPDATE :SCHEMA.schedules SET paused_at = now(), updated_at = now() WHERE name = p_name;
     -- the ticks cancelled are forgotten too: resumed within the same tick, it enqueues it again
-    WITH cancelled AS (
-      SELECT c.id FROM :SCHEMA.finish_jobs('cancelled', (
-        SELECT coalesce(jsonb_agg(jsonb_build_object('id', n.job_id)), '[]')
-        FROM :SCHEMA.schedule_jobs_not_started(p_name) n)) c)
-    DELETE FROM :SCHEMA.schedule_runs r USING cancelled c WHERE r.schedule = p_name AND r.job_id = c.id;
+    PERFORM :SCHEMA.cancel_ticks_not_started(p_name);
   ELSE
     UPDATE :SCHEMA.schedules SET paused_at = NULL, next_run_at = p_next, updated_at = now() WHERE name = p_name;
   END IF;

@@ -347,6 +347,31 @@ BEGIN
 END $$;
 
 --
+-- Name: cancel_ticks_not_started(text); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.cancel_ticks_not_started(p_name text) RETURNS timestamp with time zone[]
+    LANGUAGE sql
+    AS $$
+  WITH waiting AS (
+    SELECT r.job_id FROM "tusk".schedule_runs r JOIN "tusk".jobs j ON j.id = r.job_id
+    WHERE r.schedule = p_name AND j.state IN ('scheduled', 'available') AND j.attempts = 0
+      AND j.errors IS NULL
+    ORDER BY j.id
+    FOR UPDATE OF j
+  ),
+  cancelled AS (
+    SELECT c.id FROM "tusk".finish_jobs('cancelled', (
+      SELECT coalesce(jsonb_agg(jsonb_build_object('id', w.job_id)), '[]') FROM waiting w)) c
+  ),
+  gone AS (
+    DELETE FROM "tusk".schedule_runs r USING cancelled c
+    WHERE r.schedule = p_name AND r.job_id = c.id RETURNING r.tick
+  )
+  SELECT array_agg(g.tick ORDER BY g.tick) FROM gone g
+$$;
+
+--
 -- Name: capped_ms(timestamp with time zone, timestamp with time zone, bigint); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -2387,11 +2412,7 @@ BEGIN
   IF p_paused THEN
     UPDATE "tusk".schedules SET paused_at = now(), updated_at = now() WHERE name = p_name;
     -- the ticks cancelled are forgotten too: resumed within the same tick, it enqueues it again
-    WITH cancelled AS (
-      SELECT c.id FROM "tusk".finish_jobs('cancelled', (
-        SELECT coalesce(jsonb_agg(jsonb_build_object('id', n.job_id)), '[]')
-        FROM "tusk".schedule_jobs_not_started(p_name) n)) c)
-    DELETE FROM "tusk".schedule_runs r USING cancelled c WHERE r.schedule = p_name AND r.job_id = c.id;
+    PERFORM "tusk".cancel_ticks_not_started(p_name);
   ELSE
     UPDATE "tusk".schedules SET paused_at = NULL, next_run_at = p_next, updated_at = now() WHERE name = p_name;
   END IF;
@@ -2655,15 +2676,7 @@ BEGIN
     RETURN;  -- set again unchanged: its jobs stand
   END IF;
   v_same_times := v_old.cron = s.cron AND v_old.tz = s.tz;
-  -- forgotten with their jobs, so that they can be enqueued again
-  WITH cancelled AS (
-    SELECT c.id FROM "tusk".finish_jobs('cancelled', (
-      SELECT coalesce(jsonb_agg(jsonb_build_object('id', n.job_id)), '[]')
-      FROM "tusk".schedule_jobs_not_started(s.name) n)) c),
-  gone AS (
-    DELETE FROM "tusk".schedule_runs r USING cancelled c
-    WHERE r.schedule = s.name AND r.job_id = c.id RETURNING r.tick)
-  SELECT array_agg(g.tick ORDER BY g.tick) INTO v_ticks FROM gone g;
+  v_ticks := "tusk".cancel_ticks_not_started(s.name);
   IF s.paused_at IS NOT NULL THEN
     RETURN;
   END IF;
@@ -2853,9 +2866,7 @@ BEGIN
   IF NOT FOUND THEN
     RETURN false;
   END IF;
-  PERFORM 1 FROM "tusk".finish_jobs('cancelled', (
-    SELECT coalesce(jsonb_agg(jsonb_build_object('id', n.job_id)), '[]')
-    FROM "tusk".schedule_jobs_not_started(p_name) n));
+  PERFORM "tusk".cancel_ticks_not_started(p_name);
   DELETE FROM "tusk".schedule_runs WHERE schedule = p_name;
   RETURN true;
 END $$;
@@ -3043,20 +3054,6 @@ BEGIN
                    WHERE d.tenant = p_tenant AND d.ckey = p_key
                      AND d.seq > (SELECT f.upto FROM "tusk".running_fold f WHERE f.one)), 0);
 END $$;
-
---
--- Name: schedule_jobs_not_started(text); Type: FUNCTION; Schema: tusk; Owner: -
---
-
-CREATE FUNCTION tusk.schedule_jobs_not_started(p_name text) RETURNS TABLE(job_id bigint, tick timestamp with time zone)
-    LANGUAGE sql
-    AS $$
-  SELECT r.job_id, r.tick FROM "tusk".schedule_runs r JOIN "tusk".jobs j ON j.id = r.job_id
-  WHERE r.schedule = p_name AND j.state IN ('scheduled', 'available') AND j.attempts = 0
-    AND j.errors IS NULL
-  ORDER BY j.id
-  FOR UPDATE OF j
-$$;
 
 --
 -- Name: served_at(text); Type: FUNCTION; Schema: tusk; Owner: -
