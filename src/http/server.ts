@@ -12,7 +12,7 @@ import type { AppEnv } from './env.js';
 import { isLoopback } from './guard.js';
 import { DEFAULT_POOLS, ServerPools } from './pools.js';
 import { DEFAULT_RATE_LIMIT, type RateLimit } from './rateLimit.js';
-import { DEFAULT_HEADERS_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS } from './requestTimeouts.js';
+import { requestBounds } from './requestTimeouts.js';
 import { ApiTokens } from './tokens.js';
 
 /** Options of `createServer(tusk, options)`. */
@@ -152,8 +152,7 @@ export async function createServer(tusk: Tusk, given: ServerOptions = {}): Promi
   });
   const metrics = options.metrics === false ? null : new TuskMetrics(db, tusk.schema, options.metrics);
   const maxBytes = options.maxBodyBytes ?? 2 * tusk.maxPayloadBytes + 64 * 1024;
-  const requestTimeout = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
-  const headersTimeout = options.headersTimeoutMs ?? Math.min(DEFAULT_HEADERS_TIMEOUT_MS, requestTimeout);
+  const { headers: headersTimeout, request: requestTimeout } = requestBounds(options);
   if (headersTimeout > requestTimeout) {
     // Node refuses it too: the headers are part of the request
     throw new TuskValidationError(

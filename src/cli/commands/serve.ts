@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { PoolClient } from 'pg';
-import { DEFAULT_REQUEST_TIMEOUT_MS } from '../../http/requestTimeouts.js';
+import { requestBounds } from '../../http/requestTimeouts.js';
 import { checkSchema } from '../../migrate/migrate.js';
 import { intOption, optionError, tuskFor } from '../context.js';
 import { runUntilSignal, StopSignal } from '../lifecycle.js';
@@ -46,12 +46,13 @@ export function serveCommand(program: Command): void {
       let close = async () => {};
       let held: PoolClient | undefined;
       try {
-        const { headersTimeoutMs: headers, requestTimeoutMs: request } = options;
         // checked before connecting, with the flags' names
-        if (headers !== undefined && headers > (request ?? DEFAULT_REQUEST_TIMEOUT_MS)) {
+        const { headers, request } = requestBounds(options);
+        if (headers > request) {
+          const ofRequest = options.requestTimeoutMs === undefined ? `${request}, its default` : `${request}`;
           throw optionError(
             '--headers-timeout-ms',
-            `must be at most --request-timeout-ms (${request ?? `${DEFAULT_REQUEST_TIMEOUT_MS}, its default`}) (got ${headers})`,
+            `must be at most --request-timeout-ms (${ofRequest}) (got ${headers})`,
           );
         }
         const pool = await tusk.pool();
