@@ -18,16 +18,21 @@ async function tickJobs(schedule: string): Promise<Array<{ id: string; tick: Dat
   );
 }
 
-/**
- * Fires `name`'s ticks of the last 3 s, as an upkeep that comes 3 s late (due, available),
- * and those of the next `aheadMs` (scheduled); the upkeep's result.
- */
-async function fireLate(name: string, aheadMs = 1000) {
+/** Moves `name`'s next tick 3 s back: the upkeep is 3 s late, three ticks are owed. */
+async function owe3s(name: string) {
   await db.pool.query(
     `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
      WHERE name = $1`,
     [name],
   );
+}
+
+/**
+ * Fires `name`'s ticks of the last 3 s, as an upkeep that comes 3 s late (due, available),
+ * and those of the next `aheadMs` (scheduled); the upkeep's result.
+ */
+async function fireLate(name: string, aheadMs = 1000) {
+  await owe3s(name);
   return fireDueSchedules(await db.tusk.pool(), db.schema, aheadMs);
 }
 
@@ -387,10 +392,7 @@ describe('recurring jobs', () => {
   it('a new expression does not step over ticks whose time came and that the upkeep has not fired yet', async () => {
     await db.tusk.schedules.set('owed', '* * * * * *', { queue: 'owed' });
     // the upkeep is 3 s behind: three ticks are owed, none enqueued
-    await db.pool.query(
-      `UPDATE "${db.schema}".schedules SET next_run_at = date_trunc('second', now()) - interval '3 seconds'
-       WHERE name = 'owed'`,
-    );
+    await owe3s('owed');
     const [owed] = await db.rows<{ next: Date }>(
       `SELECT next_run_at AS next FROM $schema.schedules WHERE name = 'owed'`,
     );
