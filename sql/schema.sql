@@ -867,25 +867,25 @@ DECLARE
   v_keys text[];
   v_ns integer[];
 BEGIN
-  -- the rows that left 'running' (-1) and entered it (+1); new_rows only in an UPDATE
+  -- the rows that left 'running' (-1) and entered it (+1), per tenant ('') and per
+  -- concurrency key; a lease renewed (-1 +1) writes nothing. new_rows only in an UPDATE.
   IF TG_OP = 'UPDATE' THEN
-    SELECT array_agg(m.tenant), array_agg(m.concurrency_key), array_agg(m.n) INTO v_tenants, v_keys, v_ns
-    FROM (SELECT o.tenant, o.concurrency_key, -1 AS n FROM old_rows o WHERE o.state = 'running'
-          UNION ALL
-          SELECT w.tenant, w.concurrency_key, 1 FROM new_rows w WHERE w.state = 'running') m;
+    SELECT array_agg(d.tenant), array_agg(d.ckey), array_agg(d.n) INTO v_tenants, v_keys, v_ns FROM (
+      SELECT m.tenant, CASE WHEN grouping(m.concurrency_key) = 1 THEN '' ELSE m.concurrency_key END AS ckey,
+             sum(m.n)::integer AS n
+      FROM (SELECT o.tenant, o.concurrency_key, -1 AS n FROM old_rows o WHERE o.state = 'running'
+            UNION ALL
+            SELECT w.tenant, w.concurrency_key, 1 FROM new_rows w WHERE w.state = 'running') m
+      GROUP BY GROUPING SETS ((m.tenant), (m.tenant, m.concurrency_key))
+      HAVING sum(m.n) <> 0 AND (grouping(m.concurrency_key) = 1 OR m.concurrency_key <> '')) d;
   ELSE
-    SELECT array_agg(o.tenant), array_agg(o.concurrency_key), array_agg(-1) INTO v_tenants, v_keys, v_ns
-    FROM old_rows o WHERE o.state = 'running';
+    SELECT array_agg(d.tenant), array_agg(d.ckey), array_agg(d.n) INTO v_tenants, v_keys, v_ns FROM (
+      SELECT o.tenant, CASE WHEN grouping(o.concurrency_key) = 1 THEN '' ELSE o.concurrency_key END AS ckey,
+             -count(*)::integer AS n
+      FROM old_rows o WHERE o.state = 'running'
+      GROUP BY GROUPING SETS ((o.tenant), (o.tenant, o.concurrency_key))
+      HAVING grouping(o.concurrency_key) = 1 OR o.concurrency_key <> '') d;
   END IF;
-  IF v_tenants IS NULL THEN RETURN NULL; END IF;
-  -- per tenant ('') and per concurrency key; a lease renewed (-1 +1) writes nothing
-  SELECT array_agg(d.tenant), array_agg(d.ckey), array_agg(d.n) INTO v_tenants, v_keys, v_ns FROM (
-    SELECT m.tenant, k.ckey, sum(m.n)::integer AS n
-    FROM unnest(v_tenants, v_keys, v_ns) m(tenant, concurrency_key, n)
-    CROSS JOIN LATERAL (VALUES (''), (nullif(m.concurrency_key, ''))) k(ckey)
-    WHERE k.ckey IS NOT NULL
-    GROUP BY m.tenant, k.ckey HAVING sum(m.n) <> 0
-  ) d;
   IF v_tenants IS NULL THEN RETURN NULL; END IF;
   -- shared, before the deltas take their seq: the fold waits for the writers in progress
   PERFORM pg_advisory_xact_lock_shared("tusk".running_lock(), 0);
@@ -1672,7 +1672,12 @@ BEGIN
   END IF;
   v_ids := "tusk".move_to_history(p_state, p_jobs);
   IF v_ids IS NULL THEN RETURN; END IF;
-  PERFORM "tusk".settle_dependents(v_ids, p_state = 'succeeded');
+  -- one look at the edges in the ids' range, not one per job, when none may depend on them
+  IF EXISTS (SELECT 1 FROM "tusk".job_deps d
+             WHERE d.dependency BETWEEN (SELECT min(u.x) FROM unnest(v_ids) u(x))
+                                    AND (SELECT max(u.x) FROM unnest(v_ids) u(x))) THEN
+    PERFORM "tusk".settle_dependents(v_ids, p_state = 'succeeded');
+  END IF;
   RETURN QUERY SELECT unnest(v_ids);
 END $$;
 
@@ -2239,9 +2244,11 @@ BEGIN
   )
   SELECT array_agg(d.id) INTO v_ids FROM done d;
   IF v_ids IS NULL THEN RETURN NULL; END IF;
-  -- for waitFor(): the finished ids, at most 380 a notification (see above)
-  PERFORM pg_notify('tusk' || ':done', string_agg(u.x::text, ',' ORDER BY u.n))
-  FROM unnest(v_ids) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 380;
+  -- for waitFor(): the finished ids, at most 380 a notification (20 characters each and
+  -- their commas: under the 8 000 bytes a payload may hold), in the array's order
+  FOR i IN 1 .. cardinality(v_ids) BY 380 LOOP
+    PERFORM pg_notify('tusk' || ':done', array_to_string(v_ids[i:i + 379], ','));
+  END LOOP;
   RETURN v_ids;
 END $$;
 

@@ -418,6 +418,35 @@ describe('dependencies at enqueue', () => {
   });
 });
 
+describe('a batch of completions', () => {
+  it("releases the dependents of its smallest and largest ids, the outcomes in any order, and no one else's", async () => {
+    const { ids } = await db.tusk.enqueueMany(Array.from({ length: 6 }, () => ({ task: 'c', queue: 'edges' })));
+    const [first, , , , last, outside] = ids as [string, string, string, string, string, string];
+    const { id: onFirst } = await db.tusk.enqueue('p', null, { queue: 'edges-p', dependsOn: [first] });
+    const { id: onLast } = await db.tusk.enqueue('p', null, { queue: 'edges-p', dependsOn: [last] });
+    const { id: onOutside } = await db.tusk.enqueue('p', null, { queue: 'edges-p', dependsOn: [outside] });
+    const leases = await db.rows<{ id: string; lease_token: string }>(
+      `SELECT id::text, lease_token::text FROM $schema.claim_jobs(NULL, 6, 60000, ARRAY['edges'])`,
+    );
+    expect(leases).toHaveLength(6);
+    // all but the last enqueued, its largest id first and its smallest last
+    const batch = leases.filter((l) => l.id !== outside).sort((a, b) => (BigInt(b.id) > BigInt(a.id) ? 1 : -1));
+    const [finished] = await db.rows<{ n: number }>(
+      `SELECT count(*)::int AS n FROM $schema.finish_jobs('succeeded', $1::jsonb)`,
+      [JSON.stringify(batch.map((l) => ({ id: l.id, token: l.lease_token })))],
+    );
+    expect(finished?.n).toBe(5);
+    expect(await db.tusk.getJob(onFirst)).toMatchObject({ state: 'available', waitingOn: 0 });
+    expect(await db.tusk.getJob(onLast)).toMatchObject({ state: 'available', waitingOn: 0 });
+    expect(await db.tusk.getJob(onOutside)).toMatchObject({ state: 'scheduled', waitingOn: 1 });
+    const rest = leases.find((l) => l.id === outside);
+    await db.rows(`SELECT count(*) FROM $schema.finish_jobs('succeeded', $1::jsonb)`, [
+      JSON.stringify([{ id: outside, token: rest?.lease_token }]),
+    ]);
+    expect(await db.tusk.getJob(onOutside)).toMatchObject({ state: 'available', waitingOn: 0 });
+  });
+});
+
 describe('under concurrency', () => {
   it('the last two children finishing at once release the parent exactly once', async () => {
     const flow = await db.tusk.flow({
