@@ -1672,12 +1672,7 @@ BEGIN
   END IF;
   v_ids := "tusk".move_to_history(p_state, p_jobs);
   IF v_ids IS NULL THEN RETURN; END IF;
-  -- one look at the edges in the ids' range, not one per job, when none may depend on them
-  IF EXISTS (SELECT 1 FROM "tusk".job_deps d
-             WHERE d.dependency BETWEEN (SELECT min(u.x) FROM unnest(v_ids) u(x))
-                                    AND (SELECT max(u.x) FROM unnest(v_ids) u(x))) THEN
-    PERFORM "tusk".settle_dependents(v_ids, p_state = 'succeeded');
-  END IF;
+  PERFORM "tusk".settle_dependents(v_ids, p_state = 'succeeded');
   RETURN QUERY SELECT unnest(v_ids);
 END $$;
 
