@@ -3,10 +3,11 @@
 --
 -- count_running() grouped the changed rows twice (once per tenant, once per concurrency
 -- key, through a lateral VALUES) and passed them between two statements in arrays; one
--- GROUPING SETS aggregate now does both. move_to_history() sorted the finished ids to cut
--- them into notifications of at most 380; it now takes the array's slices, in order.
--- The bodies are those of the baseline (count_running) and 000035 (move_to_history, as
--- planned since 000047) but for these changes.
+-- GROUPING SETS aggregate now does both. move_to_history() and set_progress() sorted the
+-- ids they announce to cut them into notifications of at most 380; notify_ids() now takes
+-- the array's slices, in order, for both. The bodies are those of the baseline
+-- (count_running) and 000035 (set_progress; move_to_history, as planned since 000047) but
+-- for these changes.
 
 CREATE OR REPLACE FUNCTION :SCHEMA.count_running() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -38,6 +39,33 @@ BEGIN
   PERFORM pg_advisory_xact_lock_shared(:SCHEMA.running_lock(), 0);
   INSERT INTO :SCHEMA.running_deltas (tenant, ckey, n) SELECT * FROM unnest(v_tenants, v_keys, v_ns);
   RETURN NULL;
+END $$;
+
+-- Announces ids on a channel, at most 380 a notification (20 characters each and their
+-- commas: under the 8 000 bytes a payload may hold), in the array's order.
+CREATE OR REPLACE FUNCTION :SCHEMA.notify_ids(p_channel text, p_ids bigint[])
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  FOR i IN 1 .. coalesce(cardinality(p_ids), 0) BY 380 LOOP
+    PERFORM pg_notify(p_channel, array_to_string(p_ids[i:i + 379], ','));
+  END LOOP;
+END $$;
+
+CREATE OR REPLACE FUNCTION :SCHEMA.set_progress(p_ids bigint[], p_tokens bigint[], p_values jsonb[])
+RETURNS integer LANGUAGE plpgsql SET plan_cache_mode = force_custom_plan AS $$
+DECLARE
+  v_set bigint[];
+BEGIN
+  WITH set AS (
+    UPDATE :SCHEMA.jobs j SET progress = x.value
+    FROM unnest(p_ids, p_tokens, p_values) AS x(id, token, value)
+    WHERE j.id = ANY (p_ids) AND j.id = x.id AND j.lease_token = x.token
+      AND j.state IS NOT DISTINCT FROM 'running'
+    RETURNING j.id)
+  SELECT array_agg(set.id ORDER BY set.id) INTO v_set FROM set;
+  IF v_set IS NULL THEN RETURN 0; END IF;
+  PERFORM :SCHEMA.notify_ids(:SCHEMA_LITERAL || ':progress', v_set);
+  RETURN cardinality(v_set);
 END $$;
 
 CREATE OR REPLACE FUNCTION :SCHEMA.move_to_history(p_state :SCHEMA.job_state, p_jobs jsonb) RETURNS bigint[]
@@ -87,10 +115,7 @@ BEGIN
   )
   SELECT array_agg(d.id) INTO v_ids FROM done d;
   IF v_ids IS NULL THEN RETURN NULL; END IF;
-  -- for waitFor(): the finished ids, at most 380 a notification (20 characters each and
-  -- their commas: under the 8 000 bytes a payload may hold), in the array's order
-  FOR i IN 1 .. cardinality(v_ids) BY 380 LOOP
-    PERFORM pg_notify(:SCHEMA_LITERAL || ':done', array_to_string(v_ids[i:i + 379], ','));
-  END LOOP;
+  -- for waitFor() and the event stream
+  PERFORM :SCHEMA.notify_ids(:SCHEMA_LITERAL || ':done', v_ids);
   RETURN v_ids;
 END $$;

@@ -2239,11 +2239,8 @@ BEGIN
   )
   SELECT array_agg(d.id) INTO v_ids FROM done d;
   IF v_ids IS NULL THEN RETURN NULL; END IF;
-  -- for waitFor(): the finished ids, at most 380 a notification (20 characters each and
-  -- their commas: under the 8 000 bytes a payload may hold), in the array's order
-  FOR i IN 1 .. cardinality(v_ids) BY 380 LOOP
-    PERFORM pg_notify('tusk' || ':done', array_to_string(v_ids[i:i + 379], ','));
-  END LOOP;
+  -- for waitFor() and the event stream
+  PERFORM "tusk".notify_ids('tusk' || ':done', v_ids);
   RETURN v_ids;
 END $$;
 
@@ -2320,6 +2317,19 @@ BEGIN
   -- greatest() skips NULLs: nothing pending must stay NULL, not become "due now"
   RETURN CASE WHEN v_at IS NULL THEN NULL
               ELSE greatest(0, ceil(extract(epoch FROM v_at - clock_timestamp()) * 1000))::bigint END;
+END $$;
+
+--
+-- Name: notify_ids(text, bigint[]); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.notify_ids(p_channel text, p_ids bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  FOR i IN 1 .. coalesce(cardinality(p_ids), 0) BY 380 LOOP
+    PERFORM pg_notify(p_channel, array_to_string(p_ids[i:i + 379], ','));
+  END LOOP;
 END $$;
 
 --
@@ -3104,8 +3114,7 @@ BEGIN
     RETURNING j.id)
   SELECT array_agg(set.id ORDER BY set.id) INTO v_set FROM set;
   IF v_set IS NULL THEN RETURN 0; END IF;
-  PERFORM pg_notify('tusk' || ':progress', string_agg(u.x::text, ',' ORDER BY u.n))
-  FROM unnest(v_set) WITH ORDINALITY u(x, n) GROUP BY (u.n - 1) / 380;
+  PERFORM "tusk".notify_ids('tusk' || ':progress', v_set);
   RETURN cardinality(v_set);
 END $$;
 
