@@ -38,6 +38,8 @@ interface Options {
   pinnedS: number;
   phases?: Set<Stress>;
   statements?: boolean;
+  server: Record<string, string>;
+  busy?: number;
 }
 
 const stresses = (v: string) => {
@@ -51,6 +53,19 @@ const stresses = (v: string) => {
     throw new InvalidArgumentError(`unknown phase ${unknown.join(', ')} (phases: ${STRESSES.join(', ')})`);
   }
   return new Set(names as Stress[]);
+};
+
+/** `name=value`, gathered over repeated --server options. */
+const setting = (v: string, all: Record<string, string>) => {
+  const at = v.indexOf('=');
+  if (at < 1 || at === v.length - 1) throw new InvalidArgumentError(`a server setting is name=value, not "${v}"`);
+  return { ...all, [v.slice(0, at).trim()]: v.slice(at + 1).trim() };
+};
+
+const percent = (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1 || n > 100) throw new InvalidArgumentError('--busy is a share of 1 to 100 %');
+  return n;
 };
 
 const program = new Command('chaos')
@@ -70,6 +85,17 @@ const program = new Command('chaos')
     stresses,
   )
   .option('--statements', 'with --pressure: per phase, the statements that took the server most time')
+  .option(
+    '--server <name=value>',
+    "with --pressure: a setting of the run's own server over its defaults (repeatable; e.g. io_method=sync)",
+    setting,
+    {},
+  )
+  .option(
+    '--busy <percent>',
+    'with --pressure: from the first stress on, another process keeps one CPU busy this share of the time',
+    percent,
+  )
   .action(async (opts: Options) => {
     if (opts.pressure) {
       const p: PressureOptions = {
@@ -83,6 +109,8 @@ const program = new Command('chaos')
         schema: 'pressure',
         ...(opts.phases ? { phases: opts.phases } : {}),
         statements: opts.statements === true,
+        serverSettings: opts.server,
+        ...(opts.busy ? { busyPercent: opts.busy } : {}),
         progress: status,
       };
       const report = await runPressure(p);

@@ -5,6 +5,7 @@
 // tuples, backlog, what Tusk's connections waited on; and at the end of each phase, per
 // relation the claim and completion touch, its rows, dead tuples and sizes (bloat seen,
 // not inferred).
+import { type ChildProcess, spawn } from 'node:child_process';
 import { cpus } from 'node:os';
 import pg from 'pg';
 import { renderTable } from '../src/cli/table.js';
@@ -31,6 +32,10 @@ export interface PressureOptions {
   phases?: ReadonlySet<Stress>;
   /** Per phase, the statements that took the server's time (pg_stat_statements, nested ones counted). */
   statements?: boolean;
+  /** Server settings of the run's own server, over its defaults (e.g. `io_method: 'sync'`). */
+  serverSettings?: Readonly<Record<string, string>>;
+  /** From the first stress on, another process keeps one CPU busy this share (percent) of the time. */
+  busyPercent?: number;
   progress?: (line: string) => void;
 }
 
@@ -126,7 +131,11 @@ export interface ScannerLoad {
 export async function runPressure(o: PressureOptions): Promise<PressureReport> {
   const say = o.progress ?? (() => {});
   // a server of its own, started with room for the 300 idle connections
-  const settings = o.statements ? { ...SERVER_SETTINGS, ...STATEMENT_SETTINGS } : SERVER_SETTINGS;
+  const settings = {
+    ...SERVER_SETTINGS,
+    ...(o.statements ? STATEMENT_SETTINGS : {}),
+    ...o.serverSettings,
+  };
   let server = await startEmbedded({ dir: o.dir, settings });
   if (!server.started) {
     await server.stop();
@@ -173,6 +182,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
   let scanners: ScannerLoad | null = null;
   let serverLine = '';
   let stopSampling = () => {};
+  let busy: ChildProcess | null = null;
   try {
     say('pressure · setting up');
     await dropSchema(observer, o.schema);
@@ -180,10 +190,10 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
     if (o.statements) await q('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
     serverLine = (
       await q(
-        `SELECT format('PostgreSQL %s (embedded); shared_buffers %s, work_mem %s, maintenance_work_mem %s, data checksums %s, synchronous_commit %s',
+        `SELECT format('PostgreSQL %s (embedded); shared_buffers %s, work_mem %s, maintenance_work_mem %s, data checksums %s, synchronous_commit %s, io_method %s',
                 current_setting('server_version'), current_setting('shared_buffers'), current_setting('work_mem'),
                 current_setting('maintenance_work_mem'), current_setting('data_checksums'),
-                current_setting('synchronous_commit')) AS s`,
+                current_setting('synchronous_commit'), coalesce(current_setting('io_method', true), 'sync')) AS s`,
       )
     ).rows[0]?.s;
     for (let slot = 0; slot < o.workers; slot++) fleet.start(slot);
@@ -272,6 +282,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
     };
 
     const runs = (stress: Stress) => o.phases?.has(stress) ?? true;
+    if (o.busyPercent) busy = startBusy(o.busyPercent);
 
     // 1. an idle transaction holding an XID pins the xmin horizon
     if (runs('pinned')) {
@@ -353,12 +364,22 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
     return { ok: failures.length === 0, failures, capacity, rate, phases, scanners, server: serverLine };
   } finally {
     stopSampling();
+    busy?.kill();
     await fleet.stopAll(10_000).catch(() => {});
     await producer.close().catch(() => {});
     await dropSchema(observer, o.schema).catch(() => {});
     await observer.end().catch(() => {});
     await server.stop().catch(() => {});
   }
+}
+
+/** Another program taking a share of one CPU (chaos/busy.mjs), as on a shared host. */
+function startBusy(percent: number): ChildProcess {
+  const child = spawn(process.execPath, [new URL('./busy.mjs', import.meta.url).pathname, String(percent)], {
+    stdio: 'ignore',
+  });
+  child.on('error', () => {});
+  return child;
 }
 
 /** Enqueues at `rate` jobs/s, catching up when a statement was slow; one call in flight. */
@@ -595,11 +616,22 @@ function quantile(counts: number[], p: number): number {
   return Number.POSITIVE_INFINITY;
 }
 
+/** The server settings and host load a run was given, as the report's header says them. */
+function settingsGiven(o: PressureOptions): string {
+  const set = Object.entries(o.serverSettings ?? {}).map(([k, v]) => `${k}=${v}`);
+  return [
+    set.length > 0 ? `; set for this run: ${set.join(', ')}` : '',
+    o.busyPercent
+      ? `; from the first stress on, another process keeps one CPU busy ${o.busyPercent} % of the time`
+      : '',
+  ].join('');
+}
+
 export function renderPressure(r: PressureReport, o: PressureOptions): string {
   return [
     `Pressure: ${o.workers} worker processes × ${o.concurrency} (defaults otherwise), no-op jobs over ${TENANTS} tenants; ` +
       `capacity ${Math.round(r.capacity)} jobs/s, steady producer at ${r.rate} jobs/s (70 %)`,
-    `Server: ${r.server}`,
+    `Server: ${r.server}${settingsGiven(o)}`,
     '',
     renderTable(
       [
