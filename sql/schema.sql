@@ -2789,6 +2789,8 @@ END $$;
 
 CREATE FUNCTION tusk.reap(p_grace_ms integer DEFAULT 10000) RETURNS TABLE(released integer, dead integer, workers integer)
     LANGUAGE plpgsql
+    SET enable_bitmapscan TO 'off'
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
   v_live integer[];
