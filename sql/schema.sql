@@ -2791,6 +2791,7 @@ CREATE FUNCTION tusk.reap(p_grace_ms integer DEFAULT 10000) RETURNS TABLE(releas
     LANGUAGE plpgsql
     SET enable_bitmapscan TO 'off'
     SET enable_seqscan TO 'off'
+    SET jit TO 'off'
     AS $$
 DECLARE
   v_live integer[];
