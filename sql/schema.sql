@@ -2138,6 +2138,9 @@ BEGIN
   END IF;
   v_pruned := "tusk".prune_history(p_batch);
   SELECT * INTO r FROM "tusk".make_history_partitions(3);
+  IF NOT ((v_pruned ->> 'more')::boolean OR r.more) THEN
+    PERFORM "tusk".summarize_history();
+  END IF;
   RETURN v_pruned || jsonb_build_object('created', r.created,
                                         'more', (v_pruned ->> 'more')::boolean OR r.more);
 END $$;
@@ -3257,6 +3260,52 @@ BEGIN
 END $$;
 
 --
+-- Name: summarize_history(); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.summarize_history() RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  r record;
+  v_from text := 'job_history_' || to_char((now() AT TIME ZONE 'UTC')::date - 1, 'YYYYMMDD');
+  v_summarized integer := 0;
+BEGIN
+  FOR r IN
+    SELECT t.relname AS part, ic.relname AS index, ic.oid AS index_oid,
+           coalesce('autosummarize=on' = ANY (ic.reloptions), false) AS asks
+    FROM pg_inherits ii
+    JOIN pg_class ic ON ic.oid = ii.inhrelid
+    JOIN pg_index x ON x.indexrelid = ic.oid
+    JOIN pg_class t ON t.oid = x.indrelid
+    WHERE ii.inhparent = to_regclass(format('%I.%I', 'tusk', 'job_history_finished'))
+    ORDER BY t.relname
+  LOOP
+    IF r.asks AND NOT "tusk".try_ddl(format('ALTER INDEX %I.%I SET (autosummarize = off)',
+                                             'tusk', r.index)) THEN
+      CONTINUE;
+    END IF;
+    IF (r.part >= v_from OR r.part = 'job_history_default')
+       AND "tusk".try_ddl(format('LOCK TABLE %I.%I IN SHARE UPDATE EXCLUSIVE MODE',
+                                  'tusk', r.part)) THEN
+      v_summarized := v_summarized + brin_summarize_new_values(r.index_oid);
+    END IF;
+  END LOOP;
+  RETURN v_summarized;
+END $$;
+
+--
+-- Name: FUNCTION summarize_history(); Type: COMMENT; Schema: tusk; Owner: -
+--
+
+COMMENT ON FUNCTION tusk.summarize_history() IS 'Summarizes the new ranges of the BRIN index on job_history.finished_at in the partitions
+that take rows (yesterday''s onwards, and the default one), and turns autosummarize off on
+every partition''s index that has it (its requests overflow the autovacuum''s queue and are
+logged one by one). A partition another session holds (a vacuum, which summarizes it) is
+skipped. Returns the ranges summarized. Called by maintain_history.';
+
+--
 -- Name: take_up_arrivals(); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -4067,10 +4116,17 @@ CREATE INDEX fetch_searches_newest ON tusk.fetch_searches USING btree (queue, te
 CREATE INDEX job_history_finished ON ONLY tusk.job_history USING brin (finished_at) WITH (pages_per_range='32', autosummarize='on');
 
 --
+-- Name: INDEX job_history_finished; Type: COMMENT; Schema: tusk; Owner: -
+--
+
+COMMENT ON INDEX tusk.job_history_finished IS 'autosummarize is on here only because a partitioned index''s options cannot be altered;
+summarize_history turns it off on each partition''s index and summarizes them itself.';
+
+--
 -- Name: job_history_default_finished_at_idx; Type: INDEX; Schema: tusk; Owner: -
 --
 
-CREATE INDEX job_history_default_finished_at_idx ON tusk.job_history_default USING brin (finished_at) WITH (pages_per_range='32', autosummarize='on');
+CREATE INDEX job_history_default_finished_at_idx ON tusk.job_history_default USING brin (finished_at) WITH (pages_per_range='32', autosummarize=off);
 
 --
 -- Name: job_history_id; Type: INDEX; Schema: tusk; Owner: -

@@ -224,3 +224,52 @@ describe('history partitions and retention', () => {
     }
   });
 });
+
+describe("the history's BRIN index on finished_at", () => {
+  /** Each partition's index of job_history_finished, with its table and options. */
+  const brinIndexes = () =>
+    db.rows<{ part: string; index: string; options: string[] | null }>(
+      `SELECT t.relname AS part, ic.relname AS index, ic.reloptions AS options
+       FROM pg_inherits ii JOIN pg_class ic ON ic.oid = ii.inhrelid
+       JOIN pg_index x ON x.indexrelid = ic.oid JOIN pg_class t ON t.oid = x.indrelid
+       WHERE ii.inhparent = '$schema.job_history_finished'::regclass ORDER BY 1`,
+    );
+
+  it("is summarized by the upkeep, not by the autovacuum's requests (which overflow and are logged)", async () => {
+    // rows of the last minutes in finish order, some 30 ranges of 32 pages
+    await db.pool.query(
+      `INSERT INTO "${db.schema}".job_history (id, tenant, queue, task, payload, priority, state, attempts,
+         max_attempts, concurrency_key, created_at, run_at, started_at, finished_at)
+       SELECT 9000000 + g, 'brin', 'hist', 'recent', jsonb_build_object('pad', repeat('x', 200)), 0,
+              'succeeded', 1, 5, '', f, f, f, f
+       FROM (SELECT g, now() - interval '20 minutes' + g * interval '50 milliseconds' AS f
+             FROM generate_series(1, 20000) g) x`,
+    );
+    await db.tusk.prune();
+    const indexes = await brinIndexes();
+    expect(indexes.length).toBeGreaterThan(5);
+    for (const i of indexes) expect(i.options ?? []).not.toContain('autosummarize=on');
+    // the partitions that take rows: no range left to summarize
+    const since = dayName(DAY).slice('job_history_'.length);
+    const taking = indexes.filter((i) => i.part === 'job_history_default' || i.part.slice(-8) >= since);
+    expect(taking.length).toBeGreaterThanOrEqual(2);
+    for (const i of taking) {
+      const [left] = await db.rows<{ n: number }>(
+        `SELECT brin_summarize_new_values(format('%I.%I', $1::text, $2::text)::regclass) AS n`,
+        [db.schema, i.index],
+      );
+      expect({ index: i.index, left: left?.n }).toEqual({ index: i.index, left: 0 });
+    }
+  });
+
+  it('a partition made after the migration has autosummarize off within a pass', async () => {
+    const day = new Date(Date.now() + 10 * DAY).toISOString().slice(0, 10);
+    await db.pool.query(`SELECT "${db.schema}".create_history_partition($1::date)`, [day]);
+    const name = `job_history_${day.replaceAll('-', '')}`;
+    const made = (await brinIndexes()).find((i) => i.part === name);
+    expect(made?.options).toContain('autosummarize=on'); // copied from the parent's options
+    await db.tusk.prune();
+    const after = (await brinIndexes()).find((i) => i.part === name);
+    expect(after?.options ?? []).not.toContain('autosummarize=on');
+  });
+});
