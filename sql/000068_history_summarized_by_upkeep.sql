@@ -1,24 +1,97 @@
--- The history's BRIN index on finished_at is summarized by the history upkeep, not by
--- the autovacuum's work items.
+-- The history's BRIN index on finished_at is summarized by the history upkeep, not at
+-- the autovacuum's request.
 --
 -- With autosummarize on, every insert that starts a new range of 32 pages asks the
 -- autovacuum to summarize the one before. The autovacuum keeps at most 256 such requests
 -- and works them off when it visits the database (every autovacuum_naptime, a minute by
 -- default); a queue finishing some thousands of jobs a second starts a range every few
 -- hundred milliseconds, so the requests overflow and the server logs every one it drops —
--- "request for BRIN range summarization for index … was not recorded", hundreds of lines a
--- minute in a drain of a few minutes here — and the ranges stay unsummarized until a vacuum
--- of the partition, so the reads of the last minutes (metrics, the dashboard's charts)
--- read them all.
+-- "request for BRIN range summarization for index … was not recorded", 58 lines in one
+-- drain of 100 000 jobs here — and the ranges stay unsummarized until a vacuum of the
+-- partition, so the reads of the last minutes (metrics, the dashboard's charts) read them
+-- all.
 --
--- Now the last call of each pass of maintain_history (every minute, and prune()) summarizes the new ranges
--- of yesterday's partition onwards and of the default one, and turns autosummarize off on
--- any partition's index that still has it. A partitioned index's options cannot be
--- altered, and a partition's index copies them, so the parent keeps autosummarize on (see
--- its comment) and the partitions made days ahead have it off within a pass, before they
--- take rows. A partition being vacuumed is skipped: its vacuum summarizes it.
+-- Now each pass of the history upkeep summarizes the new ranges of the partitions that
+-- take rows (summarize_history_index, in a transaction of its own after the retention's:
+-- summarizing reads the new pages, about 0.6 ms a range, and must not run while a partition
+-- made or dropped holds job_history's lock). A partitioned index's options cannot be
+-- altered and a partition's index copies them, so the parent keeps autosummarize on (see
+-- its comment) and each partition's index has it turned off: at once by the transaction
+-- that makes the partition (no other session can see the index yet), and below for the
+-- partitions there are.
 
-CREATE OR REPLACE FUNCTION :SCHEMA.summarize_history() RETURNS integer
+-- Turns autosummarize off on the BRIN index of partition p_part (made in this transaction).
+CREATE OR REPLACE FUNCTION :SCHEMA.history_index_unasked(p_part text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_index text;
+BEGIN
+  SELECT ic.relname INTO v_index
+  FROM pg_inherits ii
+  JOIN pg_class ic ON ic.oid = ii.inhrelid
+  JOIN pg_index x ON x.indexrelid = ic.oid
+  WHERE ii.inhparent = to_regclass(format('%I.%I', :SCHEMA_LITERAL, 'job_history_finished'))
+    AND x.indrelid = to_regclass(format('%I.%I', :SCHEMA_LITERAL, p_part));
+  IF v_index IS NOT NULL THEN
+    EXECUTE format('ALTER INDEX %I.%I SET (autosummarize = off)', :SCHEMA_LITERAL, v_index);
+  END IF;
+END $$;
+
+-- As in 000049, and the new partition's BRIN index does not ask the autovacuum to summarize.
+CREATE OR REPLACE FUNCTION :SCHEMA.create_history_partition(p_day date)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+  v_part text := 'job_history_' || to_char(p_day, 'YYYYMMDD');
+  v_lo timestamptz := p_day::timestamp AT TIME ZONE 'UTC';
+  v_hi timestamptz := (p_day + 1)::timestamp AT TIME ZONE 'UTC';
+  v_aside text := format('CREATE TABLE %I.%I (LIKE %I.job_history INCLUDING DEFAULTS INCLUDING CONSTRAINTS,
+                            CONSTRAINT in_range CHECK (finished_at >= %L AND finished_at < %L))',
+                         :SCHEMA_LITERAL, v_part, :SCHEMA_LITERAL, v_lo, v_hi);
+  v_move text := format('WITH moved AS (DELETE FROM %I.job_history_default WHERE finished_at >= $1 AND finished_at < $2
+                         RETURNING *) INSERT INTO %I.%I SELECT * FROM moved', :SCHEMA_LITERAL, :SCHEMA_LITERAL, v_part);
+  v_aside_made boolean := false;
+BEGIN
+  IF to_regclass(format('%I.%I', :SCHEMA_LITERAL, v_part)) IS NOT NULL THEN
+    RETURN false;
+  END IF;
+  -- the bulk of the day's rows, while completions go on (some into the default partition)
+  IF EXISTS (SELECT 1 FROM :SCHEMA.job_history_default d
+             WHERE d.finished_at >= v_lo AND d.finished_at < v_hi) THEN
+    EXECUTE v_aside;
+    EXECUTE v_move USING v_lo, v_hi;
+    v_aside_made := true;
+  END IF;
+  -- from here to the commit no row enters job_history. Every failure below raises, so
+  -- that the caller's subtransaction ends and lets go of the lock.
+  IF NOT :SCHEMA.try_ddl(format('LOCK TABLE ONLY %I.job_history IN SHARE ROW EXCLUSIVE MODE', :SCHEMA_LITERAL)) THEN
+    RAISE lock_not_available USING MESSAGE = 'job_history is busy: partition ' || v_part || ' not made';
+  END IF;
+  IF NOT v_aside_made THEN
+    IF NOT EXISTS (SELECT 1 FROM :SCHEMA.job_history_default d
+                   WHERE d.finished_at >= v_lo AND d.finished_at < v_hi) THEN
+      IF NOT :SCHEMA.try_ddl(format(
+        'CREATE TABLE %I.%I PARTITION OF %I.job_history FOR VALUES FROM (%L) TO (%L)',
+        :SCHEMA_LITERAL, v_part, :SCHEMA_LITERAL, v_lo, v_hi)) THEN
+        RAISE lock_not_available USING MESSAGE = 'job_history is busy: partition ' || v_part || ' not made';
+      END IF;
+      PERFORM :SCHEMA.history_index_unasked(v_part);
+      RETURN true;
+    END IF;
+    EXECUTE v_aside;
+  END IF;
+  -- the rows committed since the first move's snapshot
+  EXECUTE v_move USING v_lo, v_hi;
+  -- the check constraint lets ATTACH skip scanning the new table
+  IF NOT :SCHEMA.try_ddl(format('ALTER TABLE %I.job_history ATTACH PARTITION %I.%I FOR VALUES FROM (%L) TO (%L)',
+                                :SCHEMA_LITERAL, :SCHEMA_LITERAL, v_part, v_lo, v_hi)) THEN
+    RAISE lock_not_available USING MESSAGE = 'job_history is busy: partition ' || v_part || ' not attached';
+  END IF;
+  EXECUTE format('ALTER TABLE %I.%I DROP CONSTRAINT in_range', :SCHEMA_LITERAL, v_part);
+  PERFORM :SCHEMA.history_index_unasked(v_part);
+  RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION :SCHEMA.summarize_history_index() RETURNS integer
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -27,22 +100,18 @@ DECLARE
   v_summarized integer := 0;
 BEGIN
   FOR r IN
-    SELECT t.relname AS part, ic.relname AS index, ic.oid AS index_oid,
-           coalesce('autosummarize=on' = ANY (ic.reloptions), false) AS asks
+    SELECT t.relname AS part, ic.oid AS index_oid
     FROM pg_inherits ii
     JOIN pg_class ic ON ic.oid = ii.inhrelid
     JOIN pg_index x ON x.indexrelid = ic.oid
     JOIN pg_class t ON t.oid = x.indrelid
     WHERE ii.inhparent = to_regclass(format('%I.%I', :SCHEMA_LITERAL, 'job_history_finished'))
+      AND (t.relname >= v_from OR t.relname = 'job_history_default')
     ORDER BY t.relname
   LOOP
-    IF r.asks AND NOT :SCHEMA.try_ddl(format('ALTER INDEX %I.%I SET (autosummarize = off)',
-                                             :SCHEMA_LITERAL, r.index)) THEN
-      CONTINUE;
-    END IF;
-    IF (r.part >= v_from OR r.part = 'job_history_default')
-       AND :SCHEMA.try_ddl(format('LOCK TABLE %I.%I IN SHARE UPDATE EXCLUSIVE MODE',
-                                  :SCHEMA_LITERAL, r.part)) THEN
+    -- the lock summarizing takes, without waiting: a vacuum (which summarizes) or an
+    -- analyze of the partition holds it, and the next pass does it
+    IF :SCHEMA.try_ddl(format('LOCK TABLE %I.%I IN SHARE UPDATE EXCLUSIVE MODE', :SCHEMA_LITERAL, r.part)) THEN
       v_summarized := v_summarized + brin_summarize_new_values(r.index_oid);
     END IF;
   END LOOP;
@@ -51,38 +120,30 @@ END $$;
 
 -- runs as the schema's owner (a BRIN index is summarized by its table's owner): for the
 -- upkeep's roles only, as make_history_partitions
-REVOKE EXECUTE ON FUNCTION :SCHEMA.summarize_history() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION :SCHEMA.summarize_history_index() FROM PUBLIC;
 
-COMMENT ON FUNCTION :SCHEMA.summarize_history() IS
+COMMENT ON FUNCTION :SCHEMA.summarize_history_index() IS
 'Summarizes the new ranges of the BRIN index on job_history.finished_at in the partitions
-that take rows (yesterday''s onwards, and the default one), and turns autosummarize off on
-every partition''s index that has it (its requests overflow the autovacuum''s queue and are
-logged one by one). A partition another session holds (a vacuum, which summarizes it) is
-skipped. Returns the ranges summarized. Called by maintain_history.';
+that take rows (yesterday''s onwards, and the default one); a partition another session
+holds (a vacuum, which summarizes it, or an analyze) is left for the next call. Returns the
+ranges summarized. The history upkeep calls it once a pass, in a transaction of its own.';
 
 COMMENT ON INDEX :SCHEMA.job_history_finished IS
-'autosummarize is on here only because a partitioned index''s options cannot be altered;
-summarize_history turns it off on each partition''s index and summarizes them itself.';
+'autosummarize stays on here only because a partitioned index''s options cannot be altered;
+each partition''s index has it off (its requests overflowed the autovacuum''s queue and were
+logged one by one), and the history upkeep summarizes them (summarize_history_index).';
 
--- As in 000053, and the BRIN index summarized once a pass: by the call that leaves no more
--- to do (a summary walks every range of a partition).
-CREATE OR REPLACE FUNCTION :SCHEMA.maintain_history(p_batch integer DEFAULT 10000)
-RETURNS jsonb LANGUAGE plpgsql
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- Last, so that each index's lock is held only until the migration commits.
+DO $$
 DECLARE
-  v_pruned jsonb;
   r record;
 BEGIN
-  IF NOT pg_try_advisory_xact_lock(hashtext(:SCHEMA_LITERAL || ':history'), 0) THEN
-    RETURN NULL;
-  END IF;
-  v_pruned := :SCHEMA.prune_history(p_batch);
-  SELECT * INTO r FROM :SCHEMA.make_history_partitions(3);
-  IF NOT ((v_pruned ->> 'more')::boolean OR r.more) THEN
-    PERFORM :SCHEMA.summarize_history();
-  END IF;
-  RETURN v_pruned || jsonb_build_object('created', r.created,
-                                        'more', (v_pruned ->> 'more')::boolean OR r.more);
+  FOR r IN
+    SELECT ic.relname AS index
+    FROM pg_inherits ii JOIN pg_class ic ON ic.oid = ii.inhrelid
+    WHERE ii.inhparent = to_regclass(format('%I.%I', :SCHEMA_LITERAL, 'job_history_finished'))
+      AND coalesce('autosummarize=on' = ANY (ic.reloptions), false)
+  LOOP
+    EXECUTE format('ALTER INDEX %I.%I SET (autosummarize = off)', :SCHEMA_LITERAL, r.index);
+  END LOOP;
 END $$;
-
-SELECT :SCHEMA.summarize_history();

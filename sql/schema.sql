@@ -934,6 +934,7 @@ BEGIN
         'tusk', v_part, 'tusk', v_lo, v_hi)) THEN
         RAISE lock_not_available USING MESSAGE = 'job_history is busy: partition ' || v_part || ' not made';
       END IF;
+      PERFORM "tusk".history_index_unasked(v_part);
       RETURN true;
     END IF;
     EXECUTE v_aside;
@@ -946,6 +947,7 @@ BEGIN
     RAISE lock_not_available USING MESSAGE = 'job_history is busy: partition ' || v_part || ' not attached';
   END IF;
   EXECUTE format('ALTER TABLE %I.%I DROP CONSTRAINT in_range', 'tusk', v_part);
+  PERFORM "tusk".history_index_unasked(v_part);
   RETURN true;
 END $_$;
 
@@ -1910,6 +1912,27 @@ BEGIN
 END $$;
 
 --
+-- Name: history_index_unasked(text); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.history_index_unasked(p_part text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_index text;
+BEGIN
+  SELECT ic.relname INTO v_index
+  FROM pg_inherits ii
+  JOIN pg_class ic ON ic.oid = ii.inhrelid
+  JOIN pg_index x ON x.indexrelid = ic.oid
+  WHERE ii.inhparent = to_regclass(format('%I.%I', 'tusk', 'job_history_finished'))
+    AND x.indrelid = to_regclass(format('%I.%I', 'tusk', p_part));
+  IF v_index IS NOT NULL THEN
+    EXECUTE format('ALTER INDEX %I.%I SET (autosummarize = off)', 'tusk', v_index);
+  END IF;
+END $$;
+
+--
 -- Name: jobs_available_again(); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -2138,9 +2161,6 @@ BEGIN
   END IF;
   v_pruned := "tusk".prune_history(p_batch);
   SELECT * INTO r FROM "tusk".make_history_partitions(3);
-  IF NOT ((v_pruned ->> 'more')::boolean OR r.more) THEN
-    PERFORM "tusk".summarize_history();
-  END IF;
   RETURN v_pruned || jsonb_build_object('created', r.created,
                                         'more', (v_pruned ->> 'more')::boolean OR r.more);
 END $$;
@@ -3260,10 +3280,10 @@ BEGIN
 END $$;
 
 --
--- Name: summarize_history(); Type: FUNCTION; Schema: tusk; Owner: -
+-- Name: summarize_history_index(); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
-CREATE FUNCTION tusk.summarize_history() RETURNS integer
+CREATE FUNCTION tusk.summarize_history_index() RETURNS integer
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3273,22 +3293,18 @@ DECLARE
   v_summarized integer := 0;
 BEGIN
   FOR r IN
-    SELECT t.relname AS part, ic.relname AS index, ic.oid AS index_oid,
-           coalesce('autosummarize=on' = ANY (ic.reloptions), false) AS asks
+    SELECT t.relname AS part, ic.oid AS index_oid
     FROM pg_inherits ii
     JOIN pg_class ic ON ic.oid = ii.inhrelid
     JOIN pg_index x ON x.indexrelid = ic.oid
     JOIN pg_class t ON t.oid = x.indrelid
     WHERE ii.inhparent = to_regclass(format('%I.%I', 'tusk', 'job_history_finished'))
+      AND (t.relname >= v_from OR t.relname = 'job_history_default')
     ORDER BY t.relname
   LOOP
-    IF r.asks AND NOT "tusk".try_ddl(format('ALTER INDEX %I.%I SET (autosummarize = off)',
-                                             'tusk', r.index)) THEN
-      CONTINUE;
-    END IF;
-    IF (r.part >= v_from OR r.part = 'job_history_default')
-       AND "tusk".try_ddl(format('LOCK TABLE %I.%I IN SHARE UPDATE EXCLUSIVE MODE',
-                                  'tusk', r.part)) THEN
+    -- the lock summarizing takes, without waiting: a vacuum (which summarizes) or an
+    -- analyze of the partition holds it, and the next pass does it
+    IF "tusk".try_ddl(format('LOCK TABLE %I.%I IN SHARE UPDATE EXCLUSIVE MODE', 'tusk', r.part)) THEN
       v_summarized := v_summarized + brin_summarize_new_values(r.index_oid);
     END IF;
   END LOOP;
@@ -3296,14 +3312,13 @@ BEGIN
 END $$;
 
 --
--- Name: FUNCTION summarize_history(); Type: COMMENT; Schema: tusk; Owner: -
+-- Name: FUNCTION summarize_history_index(); Type: COMMENT; Schema: tusk; Owner: -
 --
 
-COMMENT ON FUNCTION tusk.summarize_history() IS 'Summarizes the new ranges of the BRIN index on job_history.finished_at in the partitions
-that take rows (yesterday''s onwards, and the default one), and turns autosummarize off on
-every partition''s index that has it (its requests overflow the autovacuum''s queue and are
-logged one by one). A partition another session holds (a vacuum, which summarizes it) is
-skipped. Returns the ranges summarized. Called by maintain_history.';
+COMMENT ON FUNCTION tusk.summarize_history_index() IS 'Summarizes the new ranges of the BRIN index on job_history.finished_at in the partitions
+that take rows (yesterday''s onwards, and the default one); a partition another session
+holds (a vacuum, which summarizes it, or an analyze) is left for the next call. Returns the
+ranges summarized. The history upkeep calls it once a pass, in a transaction of its own.';
 
 --
 -- Name: take_up_arrivals(); Type: FUNCTION; Schema: tusk; Owner: -
@@ -4119,8 +4134,9 @@ CREATE INDEX job_history_finished ON ONLY tusk.job_history USING brin (finished_
 -- Name: INDEX job_history_finished; Type: COMMENT; Schema: tusk; Owner: -
 --
 
-COMMENT ON INDEX tusk.job_history_finished IS 'autosummarize is on here only because a partitioned index''s options cannot be altered;
-summarize_history turns it off on each partition''s index and summarizes them itself.';
+COMMENT ON INDEX tusk.job_history_finished IS 'autosummarize stays on here only because a partitioned index''s options cannot be altered;
+each partition''s index has it off (its requests overflowed the autovacuum''s queue and were
+logged one by one), and the history upkeep summarizes them (summarize_history_index).';
 
 --
 -- Name: job_history_default_finished_at_idx; Type: INDEX; Schema: tusk; Owner: -

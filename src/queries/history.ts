@@ -25,6 +25,17 @@ export async function maintainHistory(db: Queryable, schema: string, batch: numb
   return rows[0]?.r ?? null;
 }
 
+/**
+ * Summarizes the new ranges of the history's BRIN index on the finish time, in the
+ * partitions that take rows, as the server's autosummarize would if its queue of requests
+ * kept up (see summarize_history_index in sql/); returns the ranges summarized. A
+ * transaction of its own: it reads the pages written since the last call.
+ */
+export async function summarizeHistoryIndex(db: Queryable, schema: string): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(`SELECT ${ident(schema)}.summarize_history_index() AS n`);
+  return rows[0]?.n ?? 0;
+}
+
 /** Sets a tenant's retention, or the default's with `tenant` null; `null` resets it. */
 export async function updateRetention(
   db: Queryable,
