@@ -17,21 +17,30 @@
 -- made or dropped holds job_history's lock). A partitioned index's options cannot be
 -- altered and a partition's index copies them, so the parent keeps autosummarize on (see
 -- its comment) and each partition's index has it turned off: at once by the transaction
--- that makes the partition (no other session can see the index yet), and below for the
--- partitions there are.
+-- that makes the partition (no other session can see the index yet), and for the
+-- partitions there are by the first summary, last in its transaction and without waiting
+-- (ALTER INDEX holds the index against every writer until the commit). Partitions of
+-- past days take no rows, so theirs ask for nothing and stay as they are.
+
+-- Each partition of job_history with its BRIN index on finished_at, and whether that index
+-- asks the autovacuum to summarize it.
+CREATE OR REPLACE FUNCTION :SCHEMA.history_indexes()
+RETURNS TABLE (part text, index text, index_oid oid, asks boolean)
+LANGUAGE sql STABLE AS $$
+  SELECT t.relname::text, ic.relname::text, ic.oid, coalesce('autosummarize=on' = ANY (ic.reloptions), false)
+  FROM pg_inherits ii
+  JOIN pg_class ic ON ic.oid = ii.inhrelid
+  JOIN pg_index x ON x.indexrelid = ic.oid
+  JOIN pg_class t ON t.oid = x.indrelid
+  WHERE ii.inhparent = to_regclass(format('%I.%I', :SCHEMA_LITERAL, 'job_history_finished'))
+$$;
 
 -- Turns autosummarize off on the BRIN index of partition p_part (made in this transaction).
 CREATE OR REPLACE FUNCTION :SCHEMA.history_index_unasked(p_part text) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_index text;
+  v_index text := (SELECT h.index FROM :SCHEMA.history_indexes() h WHERE h.part = p_part);
 BEGIN
-  SELECT ic.relname INTO v_index
-  FROM pg_inherits ii
-  JOIN pg_class ic ON ic.oid = ii.inhrelid
-  JOIN pg_index x ON x.indexrelid = ic.oid
-  WHERE ii.inhparent = to_regclass(format('%I.%I', :SCHEMA_LITERAL, 'job_history_finished'))
-    AND x.indrelid = to_regclass(format('%I.%I', :SCHEMA_LITERAL, p_part));
   IF v_index IS NOT NULL THEN
     EXECUTE format('ALTER INDEX %I.%I SET (autosummarize = off)', :SCHEMA_LITERAL, v_index);
   END IF;
@@ -100,20 +109,22 @@ DECLARE
   v_summarized integer := 0;
 BEGIN
   FOR r IN
-    SELECT t.relname AS part, ic.oid AS index_oid
-    FROM pg_inherits ii
-    JOIN pg_class ic ON ic.oid = ii.inhrelid
-    JOIN pg_index x ON x.indexrelid = ic.oid
-    JOIN pg_class t ON t.oid = x.indrelid
-    WHERE ii.inhparent = to_regclass(format('%I.%I', :SCHEMA_LITERAL, 'job_history_finished'))
-      AND (t.relname >= v_from OR t.relname = 'job_history_default')
-    ORDER BY t.relname
+    SELECT h.* FROM :SCHEMA.history_indexes() h
+    WHERE h.part >= v_from OR h.part = 'job_history_default' ORDER BY h.part
   LOOP
     -- the lock summarizing takes, without waiting: a vacuum (which summarizes) or an
     -- analyze of the partition holds it, and the next pass does it
     IF :SCHEMA.try_ddl(format('LOCK TABLE %I.%I IN SHARE UPDATE EXCLUSIVE MODE', :SCHEMA_LITERAL, r.part)) THEN
       v_summarized := v_summarized + brin_summarize_new_values(r.index_oid);
     END IF;
+  END LOOP;
+  -- Last, each without waiting: an index altered is held against every writer until the
+  -- commit, which follows at once. Partitions made since 000068 have it off already.
+  FOR r IN
+    SELECT h.* FROM :SCHEMA.history_indexes() h
+    WHERE (h.part >= v_from OR h.part = 'job_history_default') AND h.asks
+  LOOP
+    PERFORM :SCHEMA.try_ddl(format('ALTER INDEX %I.%I SET (autosummarize = off)', :SCHEMA_LITERAL, r.index));
   END LOOP;
   RETURN v_summarized;
 END $$;
@@ -124,26 +135,13 @@ REVOKE EXECUTE ON FUNCTION :SCHEMA.summarize_history_index() FROM PUBLIC;
 
 COMMENT ON FUNCTION :SCHEMA.summarize_history_index() IS
 'Summarizes the new ranges of the BRIN index on job_history.finished_at in the partitions
-that take rows (yesterday''s onwards, and the default one); a partition another session
-holds (a vacuum, which summarizes it, or an analyze) is left for the next call. Returns the
-ranges summarized. The history upkeep calls it once a pass, in a transaction of its own.';
+that take rows (yesterday''s onwards, and the default one), then turns autosummarize off on
+those indexes that still have it (partitions made before 000068); a partition or index
+another session holds (a vacuum, which summarizes it, or an analyze) is left for the next
+call. Returns the ranges summarized. The history upkeep calls it once a pass, in a
+transaction of its own.';
 
 COMMENT ON INDEX :SCHEMA.job_history_finished IS
 'autosummarize stays on here only because a partitioned index''s options cannot be altered;
 each partition''s index has it off (its requests overflowed the autovacuum''s queue and were
 logged one by one), and the history upkeep summarizes them (summarize_history_index).';
-
--- Last, so that each index's lock is held only until the migration commits.
-DO $$
-DECLARE
-  r record;
-BEGIN
-  FOR r IN
-    SELECT ic.relname AS index
-    FROM pg_inherits ii JOIN pg_class ic ON ic.oid = ii.inhrelid
-    WHERE ii.inhparent = to_regclass(format('%I.%I', :SCHEMA_LITERAL, 'job_history_finished'))
-      AND coalesce('autosummarize=on' = ANY (ic.reloptions), false)
-  LOOP
-    EXECUTE format('ALTER INDEX %I.%I SET (autosummarize = off)', :SCHEMA_LITERAL, r.index);
-  END LOOP;
-END $$;

@@ -1919,18 +1919,27 @@ CREATE FUNCTION tusk.history_index_unasked(p_part text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  v_index text;
+  v_index text := (SELECT h.index FROM "tusk".history_indexes() h WHERE h.part = p_part);
 BEGIN
-  SELECT ic.relname INTO v_index
-  FROM pg_inherits ii
-  JOIN pg_class ic ON ic.oid = ii.inhrelid
-  JOIN pg_index x ON x.indexrelid = ic.oid
-  WHERE ii.inhparent = to_regclass(format('%I.%I', 'tusk', 'job_history_finished'))
-    AND x.indrelid = to_regclass(format('%I.%I', 'tusk', p_part));
   IF v_index IS NOT NULL THEN
     EXECUTE format('ALTER INDEX %I.%I SET (autosummarize = off)', 'tusk', v_index);
   END IF;
 END $$;
+
+--
+-- Name: history_indexes(); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.history_indexes() RETURNS TABLE(part text, index text, index_oid oid, asks boolean)
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT t.relname::text, ic.relname::text, ic.oid, coalesce('autosummarize=on' = ANY (ic.reloptions), false)
+  FROM pg_inherits ii
+  JOIN pg_class ic ON ic.oid = ii.inhrelid
+  JOIN pg_index x ON x.indexrelid = ic.oid
+  JOIN pg_class t ON t.oid = x.indrelid
+  WHERE ii.inhparent = to_regclass(format('%I.%I', 'tusk', 'job_history_finished'))
+$$;
 
 --
 -- Name: jobs_available_again(); Type: FUNCTION; Schema: tusk; Owner: -
@@ -3293,20 +3302,22 @@ DECLARE
   v_summarized integer := 0;
 BEGIN
   FOR r IN
-    SELECT t.relname AS part, ic.oid AS index_oid
-    FROM pg_inherits ii
-    JOIN pg_class ic ON ic.oid = ii.inhrelid
-    JOIN pg_index x ON x.indexrelid = ic.oid
-    JOIN pg_class t ON t.oid = x.indrelid
-    WHERE ii.inhparent = to_regclass(format('%I.%I', 'tusk', 'job_history_finished'))
-      AND (t.relname >= v_from OR t.relname = 'job_history_default')
-    ORDER BY t.relname
+    SELECT h.* FROM "tusk".history_indexes() h
+    WHERE h.part >= v_from OR h.part = 'job_history_default' ORDER BY h.part
   LOOP
     -- the lock summarizing takes, without waiting: a vacuum (which summarizes) or an
     -- analyze of the partition holds it, and the next pass does it
     IF "tusk".try_ddl(format('LOCK TABLE %I.%I IN SHARE UPDATE EXCLUSIVE MODE', 'tusk', r.part)) THEN
       v_summarized := v_summarized + brin_summarize_new_values(r.index_oid);
     END IF;
+  END LOOP;
+  -- Last, each without waiting: an index altered is held against every writer until the
+  -- commit, which follows at once. Partitions made since 000068 have it off already.
+  FOR r IN
+    SELECT h.* FROM "tusk".history_indexes() h
+    WHERE (h.part >= v_from OR h.part = 'job_history_default') AND h.asks
+  LOOP
+    PERFORM "tusk".try_ddl(format('ALTER INDEX %I.%I SET (autosummarize = off)', 'tusk', r.index));
   END LOOP;
   RETURN v_summarized;
 END $$;
@@ -3316,9 +3327,11 @@ END $$;
 --
 
 COMMENT ON FUNCTION tusk.summarize_history_index() IS 'Summarizes the new ranges of the BRIN index on job_history.finished_at in the partitions
-that take rows (yesterday''s onwards, and the default one); a partition another session
-holds (a vacuum, which summarizes it, or an analyze) is left for the next call. Returns the
-ranges summarized. The history upkeep calls it once a pass, in a transaction of its own.';
+that take rows (yesterday''s onwards, and the default one), then turns autosummarize off on
+those indexes that still have it (partitions made before 000068); a partition or index
+another session holds (a vacuum, which summarizes it, or an analyze) is left for the next
+call. Returns the ranges summarized. The history upkeep calls it once a pass, in a
+transaction of its own.';
 
 --
 -- Name: take_up_arrivals(); Type: FUNCTION; Schema: tusk; Owner: -
@@ -4142,7 +4155,7 @@ logged one by one), and the history upkeep summarizes them (summarize_history_in
 -- Name: job_history_default_finished_at_idx; Type: INDEX; Schema: tusk; Owner: -
 --
 
-CREATE INDEX job_history_default_finished_at_idx ON tusk.job_history_default USING brin (finished_at) WITH (pages_per_range='32', autosummarize=off);
+CREATE INDEX job_history_default_finished_at_idx ON tusk.job_history_default USING brin (finished_at) WITH (pages_per_range='32', autosummarize='on');
 
 --
 -- Name: job_history_id; Type: INDEX; Schema: tusk; Owner: -

@@ -245,6 +245,10 @@ describe("the history's BRIN index on finished_at", () => {
        FROM (SELECT g, now() - interval '20 minutes' + g * interval '50 milliseconds' AS f
              FROM generate_series(1, 20000) g) x`,
     );
+    // today's partition as one made before 000068: its index asking to be summarized
+    const today = dayName(0);
+    const own = (await brinIndexes()).find((i) => i.part === today);
+    await db.pool.query(`ALTER INDEX "${db.schema}"."${own?.index}" SET (autosummarize = on)`);
     await db.tusk.upkeep().runOnce();
     const indexes = await brinIndexes();
     expect(indexes.length).toBeGreaterThan(5); // the days ahead, and the past days earlier tests made
@@ -265,7 +269,21 @@ describe("the history's BRIN index on finished_at", () => {
   it('a partition made after the migration has autosummarize off as it is made, empty or from stray rows', async () => {
     const ahead = new Date(Date.now() + 10 * DAY).toISOString().slice(0, 10);
     const past = new Date(Date.now() - 50 * DAY).toISOString().slice(0, 10);
-    await insertHistory('brin-stray', 50, 24 * 60, 9_500_000); // one row, 50 days ago
+    // a row of a day without a partition: in the default one until its day is made (and attached)
+    await db.pool.query(
+      `INSERT INTO "${db.schema}".job_history (id, tenant, queue, task, payload, priority, state, attempts,
+         max_attempts, concurrency_key, created_at, run_at, started_at, finished_at)
+       SELECT 9500000, 'brin-stray', 'hist', 'old', '{}', 0, 'succeeded', 1, 5, '', f, f, f, f
+       FROM (SELECT $1::date + interval '12 hours' AS f) x`,
+      [past],
+    );
+    const partitionOf = async () =>
+      (
+        await db.rows<{ part: string }>(
+          `SELECT tableoid::regclass::text AS part FROM $schema.job_history WHERE id = 9500000`,
+        )
+      )[0]?.part;
+    expect(await partitionOf()).toMatch(/job_history_default$/);
     for (const day of [ahead, past]) {
       const [made] = await db.rows<{ made: boolean }>(`SELECT $schema.create_history_partition($1::date) AS made`, [
         day,
@@ -275,5 +293,6 @@ describe("the history's BRIN index on finished_at", () => {
       const index = (await brinIndexes()).find((i) => i.part === name);
       expect({ name, options: index?.options }).toEqual({ name, options: ['pages_per_range=32', 'autosummarize=off'] });
     }
+    expect(await partitionOf()).toMatch(new RegExp(`job_history_${past.replaceAll('-', '')}$`)); // attached
   });
 });

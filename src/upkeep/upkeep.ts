@@ -26,7 +26,10 @@ export interface UpkeepOptions {
    * max(1 s, twice this) ahead). Default 500 ms.
    */
   everyMs?: number;
-  /** Period of history retention (deleting and dropping what is past it); default 60 s. */
+  /**
+   * Period of history retention (deleting and dropping what is past it), and of summarizing
+   * the history's index on the finish time that metrics read through; default 60 s.
+   */
   historyEveryMs?: number;
 }
 
