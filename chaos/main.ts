@@ -40,6 +40,7 @@ interface Options {
   statements?: boolean;
   server: Record<string, string>;
   busy?: number;
+  timeline?: string;
 }
 
 const stresses = (v: string) => {
@@ -96,6 +97,10 @@ const program = new Command('chaos')
     'with --pressure: from the first stress on, another process keeps one CPU busy this share of the time',
     percent,
   )
+  .option(
+    '--timeline <file>',
+    "with --pressure: every sample (twice a second) as a JSON line: the second's jobs started and enqueued, the backlog, dead tuples, the claims running and the oldest's age, the workers' waits, the autovacuum's phase on jobs",
+  )
   .action(async (opts: Options) => {
     if (opts.pressure) {
       const p: PressureOptions = {
@@ -111,11 +116,13 @@ const program = new Command('chaos')
         statements: opts.statements === true,
         serverSettings: opts.server,
         ...(opts.busy ? { busyPercent: opts.busy } : {}),
+        ...(opts.timeline ? { timeline: opts.timeline } : {}),
         progress: status,
       };
       const report = await runPressure(p);
       status('');
       console.log(renderPressure(report, p));
+      if (opts.timeline) console.log(`\nEvery sample of the run: ${opts.timeline} (a JSON line each).`);
       if (!report.ok) process.exitCode = 1;
       return;
     }

@@ -6,6 +6,7 @@
 // relation the claim and completion touch, its rows, dead tuples and sizes (bloat seen,
 // not inferred).
 import { type ChildProcess, spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import pg from 'pg';
 import { renderTable } from '../src/cli/table.js';
@@ -36,7 +37,24 @@ export interface PressureOptions {
   serverSettings?: Readonly<Record<string, string>>;
   /** From the first stress on, another process keeps one CPU busy this share (percent) of the time. */
   busyPercent?: number;
+  /** A file to write every sample to, a JSON line each, with each second's started and produced jobs. */
+  timeline?: string;
   progress?: (line: string) => void;
+}
+
+/** What the observer reads twice a second. */
+export interface Sample {
+  at: number;
+  deadJobs: number;
+  deadHistory: number;
+  backlog: number;
+  /** What each of the workers' active connections waits on, and in which of Tusk's functions. */
+  waits: string[];
+  /** The claims running, and how long the oldest has run (ms). */
+  claims: number;
+  oldestClaimMs: number;
+  /** The autovacuum's phase on `jobs`, if one runs. */
+  vacuum: string | null;
 }
 
 /** The stresses, in the order they run. */
@@ -175,7 +193,7 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
     logger: false,
     maxConnections: 4,
   });
-  const samples: Array<{ at: number; deadJobs: number; deadHistory: number; backlog: number; waits: string[] }> = [];
+  const samples: Sample[] = [];
   const produced = new Map<number, number>();
   const failures: string[] = [];
   const phases: PhaseResult[] = [];
@@ -365,12 +383,30 @@ export async function runPressure(o: PressureOptions): Promise<PressureReport> {
   } finally {
     stopSampling();
     busy?.kill();
+    if (o.timeline) writeTimeline(o.timeline, samples, seconds, produced);
     await fleet.stopAll(10_000).catch(() => {});
     await producer.close().catch(() => {});
     await dropSchema(observer, o.schema).catch(() => {});
     await observer.end().catch(() => {});
     await server.stop().catch(() => {});
   }
+}
+
+/**
+ * Every sample as a JSON line, with the jobs started and enqueued in its second: what the
+ * phases' figures sum up, to see when in a phase the queue fell behind and what it waited on.
+ */
+function writeTimeline(file: string, samples: Sample[], seconds: Map<number, Second>, produced: Map<number, number>) {
+  const lines = samples.map((s) => {
+    const key = Math.floor(s.at / 1000);
+    return JSON.stringify({
+      ...s,
+      at: new Date(s.at).toISOString(),
+      started: seconds.get(key)?.started ?? 0,
+      produced: produced.get(key) ?? 0,
+    });
+  });
+  writeFileSync(file, lines.length > 0 ? `${lines.join('\n')}\n` : '');
 }
 
 /** Another program taking a share of one CPU (chaos/busy.mjs), as on a shared host. */
@@ -446,7 +482,7 @@ class Producer {
 function sample(
   q: (sql: string, values?: unknown[]) => Promise<pg.QueryResult>,
   schema: string,
-  into: Array<{ at: number; deadJobs: number; deadHistory: number; backlog: number; waits: string[] }>,
+  into: Sample[],
 ): () => void {
   let busy = false;
   const timer = setInterval(async () => {
@@ -464,16 +500,28 @@ function sample(
       const waits = await q(
         // what the workers' connections wait on, and in which of Tusk's functions
         `SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') || ' ' ||
-                coalesce(substring(query from '\\.([a-z_]+)\\('), left(query, 12)) AS w
+                coalesce(substring(query from '\\.([a-z_]+)\\('), left(query, 12)) AS w,
+                (query LIKE '%claim_jobs(%') AS claim,
+                extract(epoch FROM clock_timestamp() - query_start) * 1000 AS ms
          FROM pg_stat_activity WHERE application_name LIKE 'pressure-w%' AND state = 'active'`,
       );
+      const vacuum = await q(
+        `SELECT v.phase FROM pg_stat_progress_vacuum v JOIN pg_class c ON c.oid = v.relid
+         WHERE c.relname = 'jobs' AND c.relnamespace = to_regnamespace($1)`,
+        [schema],
+      );
       const r = rows[0] as { dead_jobs: string; dead_history: string; backlog: string };
+      const active = waits.rows as Array<{ w: string; claim: boolean; ms: number }>;
+      const claims = active.filter((a) => a.claim);
       into.push({
         at: Date.now(),
         deadJobs: Number(r.dead_jobs),
         deadHistory: Number(r.dead_history),
         backlog: Number(r.backlog),
-        waits: waits.rows.map((w: { w: string }) => w.w),
+        waits: active.map((a) => a.w),
+        claims: claims.length,
+        oldestClaimMs: Math.round(Math.max(0, ...claims.map((c) => Number(c.ms)))),
+        vacuum: (vacuum.rows[0] as { phase: string } | undefined)?.phase ?? null,
       });
     } catch (error) {
       // a terminated observer connection: the next sample reconnects; anything else is a bug
@@ -490,7 +538,7 @@ function summarize(
   w: Window,
   seconds: Map<number, Second>,
   produced: Map<number, number>,
-  samples: Array<{ at: number; deadJobs: number; deadHistory: number; backlog: number; waits: string[] }>,
+  samples: Sample[],
   recoveredMs: number | null,
 ): PhaseResult {
   // whole seconds inside the window
