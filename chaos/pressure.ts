@@ -493,7 +493,9 @@ function sample(
         `SELECT
            coalesce(sum(n_dead_tup) FILTER (WHERE relname = 'jobs'), 0)::bigint AS dead_jobs,
            coalesce(sum(n_dead_tup) FILTER (WHERE relname LIKE 'job_history%'), 0)::bigint AS dead_history,
-           coalesce(sum(n_live_tup) FILTER (WHERE relname = 'jobs'), 0)::bigint AS backlog
+           coalesce(sum(n_live_tup) FILTER (WHERE relname = 'jobs'), 0)::bigint AS backlog,
+           (SELECT v.phase FROM pg_stat_progress_vacuum v
+            WHERE v.relid = to_regclass(format('%I.jobs', $1::text))) AS vacuum
          FROM pg_stat_user_tables WHERE schemaname = $1`,
         [schema],
       );
@@ -505,12 +507,7 @@ function sample(
                 extract(epoch FROM clock_timestamp() - query_start) * 1000 AS ms
          FROM pg_stat_activity WHERE application_name LIKE 'pressure-w%' AND state = 'active'`,
       );
-      const vacuum = await q(
-        `SELECT v.phase FROM pg_stat_progress_vacuum v JOIN pg_class c ON c.oid = v.relid
-         WHERE c.relname = 'jobs' AND c.relnamespace = to_regnamespace($1)`,
-        [schema],
-      );
-      const r = rows[0] as { dead_jobs: string; dead_history: string; backlog: string };
+      const r = rows[0] as { dead_jobs: string; dead_history: string; backlog: string; vacuum: string | null };
       const active = waits.rows as Array<{ w: string; claim: boolean; ms: number }>;
       const claims = active.filter((a) => a.claim);
       into.push({
@@ -521,7 +518,7 @@ function sample(
         waits: active.map((a) => a.w),
         claims: claims.length,
         oldestClaimMs: Math.round(Math.max(0, ...claims.map((c) => Number(c.ms)))),
-        vacuum: (vacuum.rows[0] as { phase: string } | undefined)?.phase ?? null,
+        vacuum: r.vacuum,
       });
     } catch (error) {
       // a terminated observer connection: the next sample reconnects; anything else is a bug

@@ -3300,6 +3300,7 @@ DECLARE
   r record;
   v_from text := 'job_history_' || to_char((now() AT TIME ZONE 'UTC')::date - 1, 'YYYYMMDD');
   v_summarized integer := 0;
+  v_asking text[] := '{}';
 BEGIN
   FOR r IN
     SELECT h.* FROM "tusk".history_indexes() h
@@ -3310,14 +3311,14 @@ BEGIN
     IF "tusk".try_ddl(format('LOCK TABLE %I.%I IN SHARE UPDATE EXCLUSIVE MODE', 'tusk', r.part)) THEN
       v_summarized := v_summarized + brin_summarize_new_values(r.index_oid);
     END IF;
+    IF r.asks THEN
+      v_asking := v_asking || r.index;
+    END IF;
   END LOOP;
   -- Last, each without waiting: an index altered is held against every writer until the
   -- commit, which follows at once. Partitions made since 000068 have it off already.
-  FOR r IN
-    SELECT h.* FROM "tusk".history_indexes() h
-    WHERE (h.part >= v_from OR h.part = 'job_history_default') AND h.asks
-  LOOP
-    PERFORM "tusk".try_ddl(format('ALTER INDEX %I.%I SET (autosummarize = off)', 'tusk', r.index));
+  FOR i IN 1 .. cardinality(v_asking) LOOP
+    PERFORM "tusk".try_ddl(format('ALTER INDEX %I.%I SET (autosummarize = off)', 'tusk', v_asking[i]));
   END LOOP;
   RETURN v_summarized;
 END $$;
