@@ -1,3 +1,5 @@
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormatsModule, { type FormatsPlugin } from 'ajv-formats';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { z } from 'zod';
 import {
@@ -24,6 +26,9 @@ import {
 import { createServer, type Listening, type TuskServer } from '../src/index.js';
 import { eventually, useTestDb } from './helpers.js';
 
+// ajv-formats is CommonJS: its plugin is the default export's default under NodeNext
+const addFormats = (addFormatsModule as unknown as { default: FormatsPlugin }).default;
+
 const db = useTestDb(import.meta.url);
 const ADMIN = 'test-admin-token-0123456789abcdef';
 let server: TuskServer;
@@ -36,6 +41,9 @@ interface Reply {
   body: unknown;
   headers: Headers;
 }
+
+/** Every JSON reply the tests get, checked against the served OpenAPI document at the end. */
+const replies: Array<{ method: string; path: string; status: number; body: unknown }> = [];
 
 /** A request to the test server; `token: null` sends none (default: the admin token). */
 async function call(
@@ -53,7 +61,10 @@ async function call(
   const response = await fetch(`${listening.url}${path}`, { method, headers, body });
   const text = await response.text();
   const type = response.headers.get('content-type') ?? '';
-  return { status: response.status, body: type.includes('json') ? JSON.parse(text) : text, headers: response.headers };
+  if (!type.includes('json')) return { status: response.status, body: text, headers: response.headers };
+  const json: unknown = JSON.parse(text);
+  replies.push({ method, path: path.split('?')[0] ?? path, status: response.status, body: json });
+  return { status: response.status, body: json, headers: response.headers };
 }
 
 /** Checks the status and that the body matches the documented schema; returns it typed. */
@@ -794,6 +805,40 @@ describe('HTTP API', () => {
     const waiting = await scrape();
     expect(waiting.get('tusk_jobs{queue="watched",tenant="acme",state="available"}')).toBe(1);
     expect(waiting.get('tusk_oldest_waiting_seconds{queue="watched",tenant="acme"}')).toBeGreaterThanOrEqual(0);
+  });
+
+  // last: the replies of every test above, each against its route's documented response
+  it('every JSON reply above matches the schema /api/openapi.json gives for its route and status', async () => {
+    const doc = (await call('GET', '/api/openapi.json', { token: null })).body as {
+      paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, unknown> }> }>>;
+    };
+    const ajv = new Ajv2020({ allErrors: true, strict: false, logger: false });
+    addFormats(ajv);
+    ajv.addSchema(doc, 'openapi');
+    // a literal segment wins over a parameter: /api/jobs/stats before /api/jobs/{id}
+    const routes = Object.keys(doc.paths)
+      .map((route) => ({ route, re: new RegExp(`^${route.replace(/\{\w+\}/g, '[^/]+')}$`) }))
+      .sort((a, b) => a.route.split('{').length - b.route.split('{').length);
+    const pointer = (...parts: string[]) =>
+      parts.map((p) => encodeURIComponent(p.replaceAll('~', '~0').replaceAll('/', '~1'))).join('/');
+    const wrong: string[] = [];
+    for (const r of replies) {
+      const route = routes.find((x) => x.re.test(r.path))?.route;
+      if (!route) continue; // a path the API does not have (its 404)
+      const method = r.method.toLowerCase();
+      const what = `${r.method} ${route} ${r.status}`;
+      if (!doc.paths[route]?.[method]?.responses[r.status]?.content?.['application/json']) {
+        wrong.push(`${what}: not documented`);
+        continue;
+      }
+      const validate = ajv.getSchema(
+        `openapi#/${pointer('paths', route, method, 'responses', String(r.status), 'content', 'application/json', 'schema')}`,
+      );
+      if (!validate?.(r.body))
+        wrong.push(`${what}: ${ajv.errorsText(validate?.errors)} in ${JSON.stringify(r.body).slice(0, 300)}`);
+    }
+    expect(wrong).toEqual([]);
+    expect(replies.length).toBeGreaterThan(100);
   });
 });
 

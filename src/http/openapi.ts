@@ -41,7 +41,9 @@ function operation(e: Endpoint) {
     responses[status] = {
       description: r.description,
       ...(r.schema ? { content: json(r.schema, 'output') } : {}),
-      ...(r.contentType ? { content: { [r.contentType]: { schema: { type: 'string' } } } } : {}),
+      ...(r.contentType
+        ? { content: { [r.contentType]: { schema: { type: r.contentType.includes('json') ? 'object' : 'string' } } } }
+        : {}),
     };
   }
   if (e.method !== 'get') {

@@ -231,6 +231,11 @@ const date = z.iso.datetime({ offset: true });
 const nullableDate = date.nullable();
 const ms = z.number().nullable();
 
+const jobSource = z
+  .object({ type: z.string(), id: z.string(), method: z.string().nullable() })
+  .nullable()
+  .meta({ description: 'the record the job is about: tusk.async() calls, or the source option of enqueue' });
+
 const jobError = z.object({
   attempt: z.number(),
   message: z.string(),
@@ -265,6 +270,7 @@ export const jobSchema = z.object({
   progress: z.unknown().meta({ description: 'what its handler last reported with ctx.progress(), or null' }),
   dependsOn: z.array(jobIdSchema).meta({ description: 'the jobs it depends on, in order' }),
   waitingOn: z.number().meta({ description: 'how many of them have not ended: while above 0 it waits (scheduled)' }),
+  source: jobSource,
 });
 
 export const jobSummarySchema = z.object({
@@ -309,6 +315,7 @@ export const leasedJobSchema = z.object({
   createdAt: date,
   leaseUntil: date,
   dependsOn: z.array(jobIdSchema).meta({ description: 'the jobs it depends on: read their results at /api/jobs/{id}' }),
+  source: jobSource,
 });
 
 export const fetchedSchema = z.object({ jobs: z.array(leasedJobSchema) });

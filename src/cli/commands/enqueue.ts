@@ -75,7 +75,7 @@ export function enqueueCommand(program: Command): void {
     .description("add a job and print its id (deduplicated: the existing job's id, said on standard error)")
     .argument('<task>', 'task name')
     .argument('[payload]', "payload as JSON; '-' reads it from standard input", 'null')
-    .option('--tenant <tenant>', "tenant the job belongs to (default 'default')")
+    .option('--tenant <tenant>', "tenant the job belongs to (default: the task's, else 'default')")
     .option('--queue <queue>', "queue name (default: the task's, else 'default')")
     .option('--priority <n>', 'lower runs first (default 0)', intOption('--priority', -32768, 32767))
     .option('--run-at <time>', 'do not start before this ISO 8601 time', timeOption('--run-at'))
@@ -86,7 +86,11 @@ export function enqueueCommand(program: Command): void {
     )
     // the name before --delay-ms, kept working
     .addOption(new Option('--delay <ms>').argParser(intOption('--delay', 0, MAX_DELAY_MS)).hideHelp())
-    .option('--max-attempts <n>', 'attempts before the job is dead (default 5)', intOption('--max-attempts', 1, 1000))
+    .option(
+      '--max-attempts <n>',
+      "attempts before the job is dead (default: the task's, else 5)",
+      intOption('--max-attempts', 1, 1000),
+    )
     .option('--expires-at <time>', 'if not started by this ISO 8601 time, it ends expired', timeOption('--expires-at'))
     .option('--concurrency-key <key>', 'limits running jobs per key in the tenant (tusk tenants set --per-key)')
     .option('--dedupe', 'while an unfinished job of this task and payload exists, return its id instead')
