@@ -1003,18 +1003,14 @@ DECLARE
   v_id bigint;
   v_run_at timestamptz;
   v_try integer;
-  k record;
 BEGIN
-  -- The keys are locked first, all in one order: two calls with the same keys in
-  -- opposite orders would otherwise each wait for the other's entry in the unique index.
-  FOR k IN
-    SELECT DISTINCT hashtext(coalesce(x.tenant, 'default') || E'\x1f' || coalesce(x.dedup_key, E'\x1e' || x.debounce_key)) AS h
+  -- The keys are locked first (lock_dedup_keys): two calls with the same keys in opposite
+  -- orders would otherwise each wait for the other's entry in the unique index.
+  PERFORM "tusk".lock_dedup_keys(k.tenants, k.keys) FROM (
+    SELECT array_agg(coalesce(x.tenant, 'default')) AS tenants,
+           array_agg(coalesce(x.dedup_key, E'\x1e' || x.debounce_key)) AS keys
     FROM jsonb_to_recordset(p_jobs) AS x(tenant text, dedup_key text, debounce_key text)
-    WHERE x.dedup_key IS NOT NULL OR x.debounce_key IS NOT NULL
-    ORDER BY 1
-  LOOP
-    PERFORM pg_advisory_xact_lock(hashtext('tusk' || ':dedup'), k.h);
-  END LOOP;
+    WHERE x.dedup_key IS NOT NULL OR x.debounce_key IS NOT NULL) k;
   FOR e IN
     SELECT x.*, coalesce(x.tenant, 'default') AS tenant_name
     FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
@@ -2067,6 +2063,52 @@ CREATE FUNCTION tusk.live_worker_ids() RETURNS integer[]
 $$;
 
 --
+-- Name: lock_dedup_keys(text[], text[]); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.lock_dedup_keys(p_tenants text[], p_keys text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_tenants integer[];
+  v_keys integer[];
+  v_lock integer;
+BEGIN
+  SELECT array_agg(DISTINCT hashtext(t.tenant) ORDER BY hashtext(t.tenant)) INTO v_tenants
+  FROM unnest(p_tenants) AS t(tenant);
+  IF v_tenants IS NULL THEN RETURN; END IF;
+  IF cardinality(v_tenants) > 64 THEN
+    PERFORM pg_advisory_xact_lock(hashtext('tusk' || ':dedup-all'), 0);
+    RETURN;
+  END IF;
+  PERFORM pg_advisory_xact_lock_shared(hashtext('tusk' || ':dedup-all'), 0);
+  SELECT array_agg(DISTINCT hashtext(k.tenant || E'\x1f' || k.key) ORDER BY hashtext(k.tenant || E'\x1f' || k.key))
+  INTO v_keys FROM unnest(p_tenants, p_keys) AS k(tenant, key);
+  FOREACH v_lock IN ARRAY v_tenants LOOP
+    IF cardinality(v_keys) > 64 THEN
+      PERFORM pg_advisory_xact_lock(hashtext('tusk' || ':dedup-tenants'), v_lock);
+    ELSE
+      PERFORM pg_advisory_xact_lock_shared(hashtext('tusk' || ':dedup-tenants'), v_lock);
+    END IF;
+  END LOOP;
+  IF cardinality(v_keys) > 64 THEN RETURN; END IF;
+  FOREACH v_lock IN ARRAY v_keys LOOP
+    PERFORM pg_advisory_xact_lock(hashtext('tusk' || ':dedup'), v_lock);
+  END LOOP;
+END $$;
+
+--
+-- Name: FUNCTION lock_dedup_keys(p_tenants text[], p_keys text[]); Type: COMMENT; Schema: tusk; Owner: -
+--
+
+COMMENT ON FUNCTION tusk.lock_dedup_keys(p_tenants text[], p_keys text[]) IS 'Locks the dedup or debounce keys (p_keys, each of the tenant at the same place in
+p_tenants) of an enqueue_dedup or retry_jobs call until its transaction ends, so that two
+calls sharing a key never both reach the unique index: one of the schema''s dedup keys,
+then one per tenant, then one per key, each in hash order, at most 129 locks. More than
+64 tenants: the schema''s lock, exclusive, alone; more than 64 keys: the tenants'' locks,
+exclusive, and no key''s.';
+
+--
 -- Name: look_snapshot(); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -3024,18 +3066,13 @@ CREATE FUNCTION tusk.retry_jobs(p_ids bigint[]) RETURNS TABLE(id bigint)
 DECLARE
   v_ids bigint[];
   v_links jsonb;
-  k record;
 BEGIN
-  -- the keys of the jobs to revive, locked as enqueue_dedup locks them (same lock, same
-  -- order); the statement below reads the jobs holding them after an enqueue under way
-  FOR k IN
-    SELECT DISTINCT hashtext(h.tenant || E'\x1f' || h.dedup_key) AS h
+  -- the keys of the jobs to revive, locked as enqueue_dedup locks them (lock_dedup_keys);
+  -- the statement below reads the jobs holding them after an enqueue under way
+  PERFORM "tusk".lock_dedup_keys(k.tenants, k.keys) FROM (
+    SELECT array_agg(h.tenant) AS tenants, array_agg(h.dedup_key) AS keys
     FROM "tusk".job_history h
-    WHERE h.id = ANY (p_ids) AND h.state IN ('dead', 'cancelled', 'expired') AND h.dedup_key IS NOT NULL
-    ORDER BY 1
-  LOOP
-    PERFORM pg_advisory_xact_lock(hashtext('tusk' || ':dedup'), k.h);
-  END LOOP;
+    WHERE h.id = ANY (p_ids) AND h.state IN ('dead', 'cancelled', 'expired') AND h.dedup_key IS NOT NULL) k;
   WITH waiting AS (
     UPDATE "tusk".jobs j SET state = 'available', run_at = now(), attempts = 0
     WHERE j.id = ANY (p_ids) AND j.state = 'failed'

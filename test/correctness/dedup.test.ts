@@ -1,10 +1,12 @@
 // Deduplicated batches do not deadlock each other; retry() keeps a job's
 // dedup key and its own retry policy.
+import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { useTestDb } from '../helpers.js';
+import { useSessions, useTestDb } from '../helpers.js';
 import { settledStates } from './common.js';
 
 const db = useTestDb(import.meta.url);
+const session = useSessions(() => db.url);
 
 describe('enqueueMany with dedup keys', () => {
   /**
@@ -40,6 +42,100 @@ describe('enqueueMany with dedup keys', () => {
 
   it('10 pairs of concurrent calls with the same 50 keys in opposite orders: none fails, one job per key', async () => {
     await oppositeOrders(10, (n) => Array.from({ length: 50 }, (_, k) => `fifty-${n}-${k}`));
+  });
+
+  it('10 pairs of concurrent calls with the same 100 keys (past the per-key locks) in opposite orders: none fails, one job per key', async () => {
+    await oppositeOrders(10, (n) => Array.from({ length: 100 }, (_, k) => `hundred-${n}-${k}`));
+  });
+});
+
+describe("the keys' locks", () => {
+  const s = () => `"${db.schema}"`;
+  const keyed = (keys: string[], tenant = 'acme') =>
+    JSON.stringify(keys.map((k) => ({ task: 'locks', payload: k, tenant, dedup_key: k })));
+  const advisoryLocks = async (c: Awaited<ReturnType<typeof session>>) =>
+    Number(
+      (
+        await c.query<{ n: string }>(
+          `SELECT count(*) AS n FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'advisory'`,
+        )
+      ).rows[0]?.n,
+    );
+
+  // PostgreSQL's lock table is the server's, some 64 entries per connection slot in all: a
+  // call holding one lock per key (10 000 in one HTTP request) made others fail with
+  // "out of shared memory"
+  it('a call of 2 000 keys, one of 100 tenants, and a retry of 300 keyed jobs each hold at most two advisory locks', async () => {
+    const c = await session();
+    await c.query('BEGIN');
+    const keys = Array.from({ length: 2000 }, (_, k) => `many-${k}`);
+    await c.query(`SELECT count(*) FROM ${s()}.enqueue_dedup($1::jsonb)`, [keyed(keys)]);
+    expect(await advisoryLocks(c)).toBeLessThanOrEqual(2);
+    await c.query('ROLLBACK');
+
+    await c.query('BEGIN');
+    const tenants = JSON.stringify(
+      Array.from({ length: 100 }, (_, k) => ({ task: 'locks', payload: k, tenant: `t${k}`, dedup_key: 'one' })),
+    );
+    await c.query(`SELECT count(*) FROM ${s()}.enqueue_dedup($1::jsonb)`, [tenants]);
+    expect(await advisoryLocks(c)).toBe(1);
+    await c.query('ROLLBACK');
+
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO ${s()}.job_history (id, tenant, queue, task, payload, priority, state, attempts, max_attempts,
+         concurrency_key, dedup_key, created_at, run_at, finished_at)
+       SELECT nextval('${db.schema}.jobs_id_seq'), 'acme', 'default', 'locks', 'null', 0, 'dead', 1, 1, '',
+              'dead-' || g, now(), now(), now()
+       FROM generate_series(1, 300) g RETURNING id`,
+    );
+    await c.query('BEGIN');
+    const retried = await c.query(`SELECT count(*)::integer AS n FROM ${s()}.retry_jobs($1::bigint[])`, [
+      rows.map((r) => r.id),
+    ]);
+    expect(retried.rows[0]?.n).toBe(300);
+    expect(await advisoryLocks(c)).toBeLessThanOrEqual(2);
+    await c.query('ROLLBACK');
+  });
+
+  /** Starts `sql` on `c` and resolves once it waits for a lock, with its result to come. */
+  async function blocked<T extends pg.QueryResultRow>(
+    c: Awaited<ReturnType<typeof session>>,
+    sql: string,
+    values: unknown[],
+  ) {
+    const pid = (await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid;
+    const running = c.query<T>(sql, values);
+    for (;;) {
+      const { rows } = await db.pool.query(
+        `SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`,
+        [pid],
+      );
+      // wrapped: an async function returning the promise itself would wait for it
+      if (rows.length > 0) return { running };
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  it.each([
+    ['a call of 100 keys is open: a call of one of them', 100, 1],
+    ['a call of one key is open: a call of 100 keys with it', 1, 100],
+  ])('%s waits for its commit and gets its job', async (_what, first, second) => {
+    const tag = `${first}-${second}`;
+    const list = (n: number) => [`shared-${tag}`, ...Array.from({ length: n - 1 }, (_, k) => `own-${tag}-${n}-${k}`)];
+    const a = await session();
+    const b = await session();
+    await a.query('BEGIN');
+    const held = await a.query<{ id: string }>(`SELECT id FROM ${s()}.enqueue_dedup($1::jsonb) ORDER BY ord LIMIT 1`, [
+      keyed(list(first)),
+    ]);
+    const waiting = await blocked<{ id: string; deduplicated: boolean }>(
+      b,
+      `SELECT id, deduplicated FROM ${s()}.enqueue_dedup($1::jsonb) ORDER BY ord LIMIT 1`,
+      [keyed(list(second))],
+    );
+    await a.query('COMMIT');
+    const got = (await waiting.running).rows[0];
+    expect(got).toEqual({ id: held.rows[0]?.id, deduplicated: true });
   });
 });
 
