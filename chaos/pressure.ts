@@ -6,7 +6,7 @@
 // relation the claim and completion touch, its rows, dead tuples and sizes (bloat seen,
 // not inferred).
 import { type ChildProcess, spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import pg from 'pg';
 import { renderTable } from '../src/cli/table.js';
@@ -55,6 +55,22 @@ export interface Sample {
   oldestClaimMs: number;
   /** The autovacuum's phase on `jobs`, if one runs. */
   vacuum: string | null;
+  /** The machine's CPUs' busy share since the previous sample (0–1); null if unknown. */
+  cpu: number | null;
+  /** Buffers the checkpointer wrote since the previous sample; null if unknown. */
+  checkpointBuffers: number | null;
+}
+
+/** The machine's CPU time from /proc/stat: busy and total jiffies, or null off Linux. */
+function machineCpu(): { busy: number; total: number } | null {
+  try {
+    const fields = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]?.trim().split(/\s+/).slice(1).map(Number) ?? [];
+    const total = fields.reduce((a, b) => a + b, 0);
+    // idle and iowait are the 4th and 5th fields
+    return { busy: total - (fields[3] ?? 0) - (fields[4] ?? 0), total };
+  } catch {
+    return null;
+  }
 }
 
 /** The stresses, in the order they run. */
@@ -478,19 +494,30 @@ class Producer {
   }
 }
 
-/** Twice a second: dead tuples, backlog, and what the workers' connections wait on. */
+/**
+ * Twice a second: dead tuples, backlog, what the workers' connections wait on, the machine's
+ * CPU and the checkpointer's writes.
+ */
 function sample(
   q: (sql: string, values?: unknown[]) => Promise<pg.QueryResult>,
   schema: string,
   into: Sample[],
 ): () => void {
   let busy = false;
+  let lastCpu = machineCpu();
+  let lastCheckpoint: number | null = null;
+  // pg_stat_checkpointer is PostgreSQL 17's; before it, the sample goes without
+  let checkpointer: string | null = null;
   const timer = setInterval(async () => {
     if (busy) return;
     busy = true;
     try {
+      checkpointer ??= (await q(`SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL AS ok`)).rows[0]?.ok
+        ? '(SELECT c.buffers_written FROM pg_stat_checkpointer c)'
+        : 'NULL::bigint';
       const { rows } = await q(
         `SELECT
+           ${checkpointer} AS checkpoint_buffers,
            coalesce(sum(n_dead_tup) FILTER (WHERE relname = 'jobs'), 0)::bigint AS dead_jobs,
            coalesce(sum(n_dead_tup) FILTER (WHERE relname LIKE 'job_history%'), 0)::bigint AS dead_history,
            coalesce(sum(n_live_tup) FILTER (WHERE relname = 'jobs'), 0)::bigint AS backlog,
@@ -507,9 +534,17 @@ function sample(
                 extract(epoch FROM clock_timestamp() - query_start) * 1000 AS ms
          FROM pg_stat_activity WHERE application_name LIKE 'pressure-w%' AND state = 'active'`,
       );
-      const r = rows[0] as { dead_jobs: string; dead_history: string; backlog: string; vacuum: string | null };
+      const r = rows[0] as {
+        dead_jobs: string;
+        dead_history: string;
+        backlog: string;
+        vacuum: string | null;
+        checkpoint_buffers: string | null;
+      };
       const active = waits.rows as Array<{ w: string; claim: boolean; ms: number }>;
       const claims = active.filter((a) => a.claim);
+      const cpu = machineCpu();
+      const checkpoint = r.checkpoint_buffers === null ? null : Number(r.checkpoint_buffers);
       into.push({
         at: Date.now(),
         deadJobs: Number(r.dead_jobs),
@@ -519,7 +554,14 @@ function sample(
         claims: claims.length,
         oldestClaimMs: Math.round(Math.max(0, ...claims.map((c) => Number(c.ms)))),
         vacuum: r.vacuum,
+        cpu:
+          cpu && lastCpu && cpu.total > lastCpu.total
+            ? Math.round((100 * (cpu.busy - lastCpu.busy)) / (cpu.total - lastCpu.total)) / 100
+            : null,
+        checkpointBuffers: checkpoint !== null && lastCheckpoint !== null ? checkpoint - lastCheckpoint : null,
       });
+      lastCpu = cpu;
+      lastCheckpoint = checkpoint;
     } catch (error) {
       // a terminated observer connection: the next sample reconnects; anything else is a bug
       if (!isConnectionError(error)) throw error;
