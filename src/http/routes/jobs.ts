@@ -37,7 +37,7 @@ import {
   stateSchema,
 } from '../schemas.js';
 import type { Principal } from '../tokens.js';
-import { invalidDoc, jobNotFoundDoc, searchDocs } from './docs.js';
+import { invalidDoc, jobNotFoundDoc, searchDocs, timeoutDoc } from './docs.js';
 
 /**
  * The job of `:id` if the caller may see it, else 404 (whether it exists or not). For a
@@ -232,12 +232,19 @@ export function jobEndpoints(api: Api): Endpoint[] {
       tag: 'jobs',
       access: 'manage',
       summary: 'Run again every job in a state (default dead) matching the filter',
+      description:
+        'A search, then the jobs re-queued 10 000 at a time: it runs under the statement timeout of lists and searches (503 past it; the batches done before stay done).',
       body: retryAllBody,
       bodyOptional: true,
-      responses: { 200: { description: 'how many were re-queued', schema: retriedSchema }, 400: invalidDoc },
+      responses: {
+        200: { description: 'how many were re-queued', schema: retriedSchema },
+        400: invalidDoc,
+        503: timeoutDoc,
+      },
       async handle(c, { body }) {
         const tenant = scopedTenant(c.get('principal'), body.tenant, 'body.tenant');
-        return c.json({ retried: await api.tusk.retryAll({ ...body, tenant }) });
+        // its search reads every matching job of the tenants: on the reads' pool, as a search
+        return c.json({ retried: await (await api.pools.reader()).retryAll({ ...body, tenant }) });
       },
     }),
     endpoint({
