@@ -1003,14 +1003,16 @@ DECLARE
   v_id bigint;
   v_run_at timestamptz;
   v_try integer;
+  v_ids bigint[];
 BEGIN
-  -- The keys are locked first (lock_dedup_keys): two calls with the same keys in opposite
-  -- orders would otherwise each wait for the other's entry in the unique index.
-  PERFORM "tusk".lock_dedup_keys(k.tenants, k.keys) FROM (
-    SELECT array_agg(coalesce(x.tenant, 'default')) AS tenants,
-           array_agg(coalesce(x.dedup_key, E'\x1e' || x.debounce_key)) AS keys
-    FROM jsonb_to_recordset(p_jobs) AS x(tenant text, dedup_key text, debounce_key text)
-    WHERE x.dedup_key IS NOT NULL OR x.debounce_key IS NOT NULL) k;
+  -- The ids first, in input order: the jobs keep the batch's order (FIFO) whatever order
+  -- they are written in. An id not used (a deduplicated entry) is a gap, as a rollback's.
+  v_ids := ARRAY(SELECT nextval('"tusk".jobs_id_seq') FROM generate_series(1, jsonb_array_length(p_jobs)));
+  -- Then the entries in the order of their keys, the same for every call: a call waits
+  -- only on a key another holds, the other holds only keys before it, and so two calls
+  -- never wait on each other (the unique indexes on the keys, and the rows of a debounced
+  -- key). No lock per key: a call of 10 000 keys held 10 000 entries of the server's lock
+  -- table.
   FOR e IN
     SELECT x.*, coalesce(x.tenant, 'default') AS tenant_name
     FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
@@ -1021,7 +1023,8 @@ BEGIN
          AS x(task, payload, tenant, queue, priority, run_at, delay_ms, max_attempts,
               concurrency_key, expires_at, retry, dedup_key, dedup_window_ms, source_type, source_id,
               source_method, debounce_key, debounce_max_wait_ms, n)
-    ORDER BY x.n
+    ORDER BY hashtext(coalesce(x.tenant, 'default') || E'\x1f' || coalesce(x.dedup_key, E'\x1e' || x.debounce_key)),
+             coalesce(x.tenant, 'default'), coalesce(x.dedup_key, E'\x1e' || x.debounce_key), x.n
   LOOP
     v_run_at := coalesce(e.run_at, now() + coalesce(e.delay_ms, 0) * interval '1 millisecond');
     IF e.debounce_key IS NOT NULL THEN
@@ -1031,10 +1034,10 @@ BEGIN
         AND j.waiting_on = 0 AND j.run_at <= now();
       -- debounced: while the key's job is not due, this enqueue replaces its payload and
       -- options and moves its start to v_run_at — but never past its first enqueue's deadline
-      INSERT INTO "tusk".jobs AS j (tenant, queue, task, payload, priority, state, run_at, max_attempts,
+      INSERT INTO "tusk".jobs AS j (id, tenant, queue, task, payload, priority, state, run_at, max_attempts,
                                      concurrency_key, expires_at, retry, debounce_key, debounce_until,
                                      source_type, source_id, source_method)
-      VALUES (e.tenant_name, coalesce(e.queue, 'default'), e.task, coalesce(e.payload, 'null'),
+      VALUES (v_ids[e.n], e.tenant_name, coalesce(e.queue, 'default'), e.task, coalesce(e.payload, 'null'),
               coalesce(e.priority, 0), 'scheduled', v_run_at, coalesce(e.max_attempts, 5),
               coalesce(e.concurrency_key, ''), e.expires_at, e.retry, e.debounce_key,
               now() + e.debounce_max_wait_ms * interval '1 millisecond',
@@ -1057,10 +1060,10 @@ BEGIN
         WHERE j.tenant = e.tenant_name AND j.dedup_key = e.dedup_key
           AND j.created_at < now() - coalesce(e.dedup_window_ms, 600000) * interval '1 millisecond';
       END IF;
-      INSERT INTO "tusk".jobs AS j (tenant, queue, task, payload, priority, state, run_at, max_attempts,
+      INSERT INTO "tusk".jobs AS j (id, tenant, queue, task, payload, priority, state, run_at, max_attempts,
                                      concurrency_key, expires_at, retry, dedup_key,
                                      source_type, source_id, source_method)
-      VALUES (e.tenant_name, coalesce(e.queue, 'default'), e.task, coalesce(e.payload, 'null'),
+      VALUES (v_ids[e.n], e.tenant_name, coalesce(e.queue, 'default'), e.task, coalesce(e.payload, 'null'),
               coalesce(e.priority, 0),
               CASE WHEN v_run_at > now() THEN 'scheduled' ELSE 'available' END::"tusk".job_state,
               v_run_at, coalesce(e.max_attempts, 5), coalesce(e.concurrency_key, ''), e.expires_at,
@@ -2063,52 +2066,6 @@ CREATE FUNCTION tusk.live_worker_ids() RETURNS integer[]
 $$;
 
 --
--- Name: lock_dedup_keys(text[], text[]); Type: FUNCTION; Schema: tusk; Owner: -
---
-
-CREATE FUNCTION tusk.lock_dedup_keys(p_tenants text[], p_keys text[]) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_tenants integer[];
-  v_keys integer[];
-  v_lock integer;
-BEGIN
-  SELECT array_agg(DISTINCT hashtext(t.tenant) ORDER BY hashtext(t.tenant)) INTO v_tenants
-  FROM unnest(p_tenants) AS t(tenant);
-  IF v_tenants IS NULL THEN RETURN; END IF;
-  IF cardinality(v_tenants) > 64 THEN
-    PERFORM pg_advisory_xact_lock(hashtext('tusk' || ':dedup-all'), 0);
-    RETURN;
-  END IF;
-  PERFORM pg_advisory_xact_lock_shared(hashtext('tusk' || ':dedup-all'), 0);
-  SELECT array_agg(DISTINCT hashtext(k.tenant || E'\x1f' || k.key) ORDER BY hashtext(k.tenant || E'\x1f' || k.key))
-  INTO v_keys FROM unnest(p_tenants, p_keys) AS k(tenant, key);
-  FOREACH v_lock IN ARRAY v_tenants LOOP
-    IF cardinality(v_keys) > 64 THEN
-      PERFORM pg_advisory_xact_lock(hashtext('tusk' || ':dedup-tenants'), v_lock);
-    ELSE
-      PERFORM pg_advisory_xact_lock_shared(hashtext('tusk' || ':dedup-tenants'), v_lock);
-    END IF;
-  END LOOP;
-  IF cardinality(v_keys) > 64 THEN RETURN; END IF;
-  FOREACH v_lock IN ARRAY v_keys LOOP
-    PERFORM pg_advisory_xact_lock(hashtext('tusk' || ':dedup'), v_lock);
-  END LOOP;
-END $$;
-
---
--- Name: FUNCTION lock_dedup_keys(p_tenants text[], p_keys text[]); Type: COMMENT; Schema: tusk; Owner: -
---
-
-COMMENT ON FUNCTION tusk.lock_dedup_keys(p_tenants text[], p_keys text[]) IS 'Locks the dedup or debounce keys (p_keys, each of the tenant at the same place in
-p_tenants) of an enqueue_dedup or retry_jobs call until its transaction ends, so that two
-calls sharing a key never both reach the unique index: one of the schema''s dedup keys,
-then one per tenant, then one per key, each in hash order, at most 129 locks. More than
-64 tenants: the schema''s lock, exclusive, alone; more than 64 keys: the tenants'' locks,
-exclusive, and no key''s.';
-
---
 -- Name: look_snapshot(); Type: FUNCTION; Schema: tusk; Owner: -
 --
 
@@ -3067,12 +3024,6 @@ DECLARE
   v_ids bigint[];
   v_links jsonb;
 BEGIN
-  -- the keys of the jobs to revive, locked as enqueue_dedup locks them (lock_dedup_keys);
-  -- the statement below reads the jobs holding them after an enqueue under way
-  PERFORM "tusk".lock_dedup_keys(k.tenants, k.keys) FROM (
-    SELECT array_agg(h.tenant) AS tenants, array_agg(h.dedup_key) AS keys
-    FROM "tusk".job_history h
-    WHERE h.id = ANY (p_ids) AND h.state IN ('dead', 'cancelled', 'expired') AND h.dedup_key IS NOT NULL) k;
   WITH waiting AS (
     UPDATE "tusk".jobs j SET state = 'available', run_at = now(), attempts = 0
     WHERE j.id = ANY (p_ids) AND j.state = 'failed'
@@ -3083,22 +3034,43 @@ BEGIN
     WHERE h.id = ANY (p_ids) AND h.state IN ('dead', 'cancelled', 'expired')
     RETURNING h.*
   ),
-  back AS (
+  revived_first AS (
+    SELECT v.*, v.dedup_key IS NOT NULL
+                AND row_number() OVER (PARTITION BY v.tenant, v.dedup_key ORDER BY v.id) = 1 AS keyed
+    FROM revived v
+  ),
+  -- of the jobs revived with one key, the first takes it back if no job holds it: written
+  -- in the keys' order, as enqueue_dedup writes them (an enqueue of the key under way is
+  -- waited for, then seen), and without the key when it is held
+  with_key AS (
     INSERT INTO "tusk".jobs (id, tenant, queue, task, payload, priority, state, run_at, attempts,
                               max_attempts, concurrency_key, expires_at, created_at, errors, stats,
                               source_type, source_id, source_method, retry, dedup_key,
                               depends_on, on_dependency_failure)
     SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
            r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
-           r.source_type, r.source_id, r.source_method, r.retry,
-           -- of the jobs revived with one key, the first takes it back, if no job holds it
-           CASE WHEN r.first AND NOT EXISTS (SELECT 1 FROM "tusk".jobs o
-                                             WHERE o.tenant = r.tenant AND o.dedup_key = r.dedup_key)
-                THEN r.dedup_key END,
+           r.source_type, r.source_id, r.source_method, r.retry, r.dedup_key,
            r.depends_on, r.on_dependency_failure
-    FROM (SELECT v.*, row_number() OVER (PARTITION BY v.tenant, v.dedup_key ORDER BY v.id) = 1 AS first
-          FROM revived v) r
+    FROM revived_first r WHERE r.keyed
+    ORDER BY hashtext(r.tenant || E'\x1f' || r.dedup_key), r.tenant, r.dedup_key
+    ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
     RETURNING jobs.id, jobs.depends_on
+  ),
+  without_key AS (
+    INSERT INTO "tusk".jobs (id, tenant, queue, task, payload, priority, state, run_at, attempts,
+                              max_attempts, concurrency_key, expires_at, created_at, errors, stats,
+                              source_type, source_id, source_method, retry, dedup_key,
+                              depends_on, on_dependency_failure)
+    SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
+           r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
+           r.source_type, r.source_id, r.source_method, r.retry, NULL,
+           r.depends_on, r.on_dependency_failure
+    FROM revived_first r
+    WHERE NOT r.keyed OR r.id NOT IN (SELECT k.id FROM with_key k)
+    RETURNING jobs.id, jobs.depends_on
+  ),
+  back AS (
+    SELECT k.id, k.depends_on FROM with_key k UNION ALL SELECT w.id, w.depends_on FROM without_key w
   ),
   links AS (
     SELECT jsonb_agg(jsonb_build_object('id', b.id, 'deps', to_jsonb(b.depends_on))) AS links
