@@ -10,19 +10,22 @@
 -- with "out of shared memory" (a 500), and meanwhile any session of the server that
 -- needed a lock could fail the same way.
 --
--- Now a call writes its entries in the order of their keys (by hash, then the key), the
--- same order for every call, after drawing their ids in input order (the jobs keep the
--- batch's order). A call then waits only on a key another call holds, and the other holds
--- only keys that come before it: no two calls wait on each other, with no lock at all.
--- retry_jobs writes the keyed jobs it revives in the same order, with ON CONFLICT DO
--- NOTHING (an enqueue of the key under way is waited for, then seen; the job comes back
--- without the key then, as it did when a job held it). A transaction that makes several
+-- Now a call writes its entries in the order of the keys they use (by hash, then the
+-- tenant, the kind — dedup or debounce — and the key), the same order for every call,
+-- after drawing their ids in input order (the jobs keep the batch's order). A call then
+-- waits only on a key another call holds, and the other holds only keys that come before
+-- it: no two calls wait on each other, with no lock at all. retry_jobs takes its jobs
+-- with a dedup key one at a time in the same order — a failed job's row update, or a
+-- revived job's insert with ON CONFLICT DO NOTHING (an enqueue of the key under way is
+-- waited for, then seen; the job comes back without the key then, as it did when a job
+-- held it) — and the jobs without a key together after. A transaction that makes several
 -- such calls may still meet another in opposite orders across its calls, as before.
 -- (A first form of this migration bounded the locks per call instead — a schema lock,
 -- then tenant locks, then key locks — and was replaced before landing: a transaction
 -- making a small call then a large one upgraded a shared lock and deadlocked against
 -- another, and a large call waiting for its tenant's lock held back every deduplicated
--- enqueue of the tenant.)
+-- enqueue of the tenant. A second wrote retry_jobs' failed jobs before its revived ones,
+-- holding a key out of order: a retry and an enqueue deadlocked.)
 
 DROP FUNCTION IF EXISTS :SCHEMA.lock_dedup_keys(text[], text[]);
 
@@ -54,8 +57,11 @@ BEGIN
          AS x(task, payload, tenant, queue, priority, run_at, delay_ms, max_attempts,
               concurrency_key, expires_at, retry, dedup_key, dedup_window_ms, source_type, source_id,
               source_method, debounce_key, debounce_max_wait_ms, n)
-    ORDER BY hashtext(coalesce(x.tenant, 'default') || E'\x1f' || coalesce(x.dedup_key, E'\x1e' || x.debounce_key)),
-             coalesce(x.tenant, 'default'), coalesce(x.dedup_key, E'\x1e' || x.debounce_key), x.n
+    -- the key an entry uses (its debounce key, else its dedup key), told apart by kind
+    ORDER BY hashtext(coalesce(x.tenant, 'default') || E'\x1f'
+                      || CASE WHEN x.debounce_key IS NOT NULL THEN E'\x1e' || x.debounce_key ELSE x.dedup_key END),
+             coalesce(x.tenant, 'default'), x.debounce_key IS NOT NULL,
+             coalesce(x.debounce_key, x.dedup_key), x.n
   LOOP
     v_run_at := coalesce(e.run_at, now() + coalesce(e.delay_ms, 0) * interval '1 millisecond');
     IF e.debounce_key IS NOT NULL THEN
@@ -125,67 +131,97 @@ RETURNS TABLE (id bigint) LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
-  v_ids bigint[];
+  v_ids bigint[] := '{}';
   v_links jsonb;
+  v_id bigint;
+  k record;
 BEGIN
+  -- The jobs with a dedup key first, one at a time in the order enqueue_dedup writes keys
+  -- in, so that a retry and an enqueue never wait on each other: a failed job's row (its
+  -- update holds the key: an enqueue of it waits for this transaction), then the revived
+  -- jobs' (the first takes the key back unless a job holds it — an enqueue of the key
+  -- under way is waited for, then seen — the others come back without it).
+  FOR k IN
+    SELECT x.kind, x.id FROM (
+      SELECT 0 AS kind, j.id, j.tenant, j.dedup_key FROM :SCHEMA.jobs j
+      WHERE j.id = ANY (p_ids) AND j.state = 'failed' AND j.dedup_key IS NOT NULL
+      UNION ALL
+      SELECT 1, h.id, h.tenant, h.dedup_key FROM :SCHEMA.job_history h
+      WHERE h.id = ANY (p_ids) AND h.state IN ('dead', 'cancelled', 'expired') AND h.dedup_key IS NOT NULL
+    ) x
+    ORDER BY hashtext(x.tenant || E'\x1f' || x.dedup_key), x.tenant, x.dedup_key, x.kind, x.id
+  LOOP
+    IF k.kind = 0 THEN
+      UPDATE :SCHEMA.jobs j SET state = 'available', run_at = now(), attempts = 0
+      WHERE j.id = k.id AND j.state = 'failed'
+      RETURNING j.id INTO v_id;
+    ELSE
+      -- (a job with a dedup key has no dependencies: the two do not combine)
+      WITH revived AS (
+        DELETE FROM :SCHEMA.job_history h
+        WHERE h.id = k.id AND h.state IN ('dead', 'cancelled', 'expired')
+        RETURNING h.*
+      ),
+      with_key AS (
+        INSERT INTO :SCHEMA.jobs (id, tenant, queue, task, payload, priority, state, run_at, attempts,
+                                  max_attempts, concurrency_key, expires_at, created_at, errors, stats,
+                                  source_type, source_id, source_method, retry, dedup_key)
+        SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
+               r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
+               r.source_type, r.source_id, r.source_method, r.retry, r.dedup_key
+        FROM revived r
+        ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+        RETURNING jobs.id
+      ),
+      without_key AS (
+        INSERT INTO :SCHEMA.jobs (id, tenant, queue, task, payload, priority, state, run_at, attempts,
+                                  max_attempts, concurrency_key, expires_at, created_at, errors, stats,
+                                  source_type, source_id, source_method, retry)
+        SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
+               r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
+               r.source_type, r.source_id, r.source_method, r.retry
+        FROM revived r WHERE NOT EXISTS (SELECT 1 FROM with_key)
+        RETURNING jobs.id
+      )
+      SELECT coalesce((SELECT w.id FROM with_key w), (SELECT o.id FROM without_key o)) INTO v_id;
+    END IF;
+    IF v_id IS NOT NULL THEN
+      v_ids := v_ids || v_id;
+    END IF;
+  END LOOP;
+  -- then the jobs without a key, together
   WITH waiting AS (
     UPDATE :SCHEMA.jobs j SET state = 'available', run_at = now(), attempts = 0
-    WHERE j.id = ANY (p_ids) AND j.state = 'failed'
+    WHERE j.id = ANY (p_ids) AND j.state = 'failed' AND j.dedup_key IS NULL
     RETURNING j.id
   ),
   revived AS (
     DELETE FROM :SCHEMA.job_history h
-    WHERE h.id = ANY (p_ids) AND h.state IN ('dead', 'cancelled', 'expired')
+    WHERE h.id = ANY (p_ids) AND h.state IN ('dead', 'cancelled', 'expired') AND h.dedup_key IS NULL
     RETURNING h.*
   ),
-  revived_first AS (
-    SELECT v.*, v.dedup_key IS NOT NULL
-                AND row_number() OVER (PARTITION BY v.tenant, v.dedup_key ORDER BY v.id) = 1 AS keyed
-    FROM revived v
-  ),
-  -- of the jobs revived with one key, the first takes it back if no job holds it: written
-  -- in the keys' order, as enqueue_dedup writes them (an enqueue of the key under way is
-  -- waited for, then seen), and without the key when it is held
-  with_key AS (
-    INSERT INTO :SCHEMA.jobs (id, tenant, queue, task, payload, priority, state, run_at, attempts,
-                              max_attempts, concurrency_key, expires_at, created_at, errors, stats,
-                              source_type, source_id, source_method, retry, dedup_key,
-                              depends_on, on_dependency_failure)
-    SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
-           r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
-           r.source_type, r.source_id, r.source_method, r.retry, r.dedup_key,
-           r.depends_on, r.on_dependency_failure
-    FROM revived_first r WHERE r.keyed
-    ORDER BY hashtext(r.tenant || E'\x1f' || r.dedup_key), r.tenant, r.dedup_key
-    ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
-    RETURNING jobs.id, jobs.depends_on
-  ),
-  without_key AS (
-    INSERT INTO :SCHEMA.jobs (id, tenant, queue, task, payload, priority, state, run_at, attempts,
-                              max_attempts, concurrency_key, expires_at, created_at, errors, stats,
-                              source_type, source_id, source_method, retry, dedup_key,
-                              depends_on, on_dependency_failure)
-    SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
-           r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
-           r.source_type, r.source_id, r.source_method, r.retry, NULL,
-           r.depends_on, r.on_dependency_failure
-    FROM revived_first r
-    WHERE NOT r.keyed OR r.id NOT IN (SELECT k.id FROM with_key k)
-    RETURNING jobs.id, jobs.depends_on
-  ),
   back AS (
-    SELECT k.id, k.depends_on FROM with_key k UNION ALL SELECT w.id, w.depends_on FROM without_key w
+    INSERT INTO :SCHEMA.jobs (id, tenant, queue, task, payload, priority, state, run_at, attempts,
+                              max_attempts, concurrency_key, expires_at, created_at, errors, stats,
+                              source_type, source_id, source_method, retry, depends_on, on_dependency_failure)
+    SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
+           r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
+           r.source_type, r.source_id, r.source_method, r.retry, r.depends_on, r.on_dependency_failure
+    FROM revived r
+    RETURNING jobs.id, jobs.depends_on
   ),
   links AS (
     SELECT jsonb_agg(jsonb_build_object('id', b.id, 'deps', to_jsonb(b.depends_on))) AS links
     FROM back b WHERE b.depends_on IS NOT NULL
   )
-  SELECT (SELECT array_agg(w.id) FROM waiting w) || (SELECT array_agg(b.id) FROM back b), (SELECT l.links FROM links l)
+  SELECT v_ids || coalesce((SELECT array_agg(w.id) FROM waiting w), '{}')
+               || coalesce((SELECT array_agg(b.id) FROM back b), '{}'),
+         (SELECT l.links FROM links l)
   INTO v_ids, v_links;
   IF v_links IS NOT NULL THEN
     PERFORM :SCHEMA.wait_for(v_links, false);
   END IF;
-  IF v_ids IS NOT NULL THEN
+  IF cardinality(v_ids) > 0 THEN
     PERFORM pg_notify(:SCHEMA_LITERAL || ':jobs', '');
     RETURN QUERY SELECT unnest(v_ids);
   END IF;

@@ -164,6 +164,47 @@ describe("the keys' locks", () => {
     for (const c of [a, b]) await c.query('COMMIT');
   });
 
+  // the retry of a failed job holds its key from its row's update on: before, it updated
+  // every failed job first, then waited on a revived job's key an enqueue held, which
+  // waited on the failed job's key (a deadlock, 40P01)
+  it('a retry of a failed and a dead keyed job, between enqueues holding their keys: no deadlock, the enqueue gets the failed job', async () => {
+    const hashed = await db.pool.query<{ k: string }>(
+      `SELECT k FROM unnest($1::text[]) k ORDER BY hashtext('acme' || E'\x1f' || k), k`,
+      [Array.from({ length: 3 }, (_, k) => `mixed-${k}`)],
+    );
+    const [low, mid, high] = hashed.rows.map((r) => r.k);
+    const failed = await db.pool.query<{ id: string }>(
+      `INSERT INTO ${s()}.jobs (tenant, task, payload, state, run_at, attempts, dedup_key)
+       VALUES ('acme', 'locks', 'null', 'failed', now() + interval '1 hour', 1, $1) RETURNING id`,
+      [high],
+    );
+    const dead = await db.pool.query<{ id: string }>(
+      `INSERT INTO ${s()}.job_history (id, tenant, queue, task, payload, priority, state, attempts, max_attempts,
+         concurrency_key, dedup_key, created_at, run_at, finished_at)
+       VALUES (nextval('${db.schema}.jobs_id_seq'), 'acme', 'default', 'locks', 'null', 0, 'dead', 1, 1, '',
+               $1, now(), now(), now()) RETURNING id`,
+      [low],
+    );
+    const [c, a, r] = [await session(), await session(), await session()];
+    await c.query('BEGIN');
+    await c.query(`SELECT id FROM ${s()}.enqueue_dedup($1::jsonb)`, [keyed([mid ?? ''])]);
+    await a.query('BEGIN');
+    const enqueue = await blocked<{ id: string; deduplicated: boolean }>(
+      a,
+      `SELECT id, deduplicated FROM ${s()}.enqueue_dedup($1::jsonb) ORDER BY ord`,
+      [keyed([high ?? '', low ?? '', mid ?? ''])],
+    );
+    const retry = await blocked<{ id: string }>(r, `SELECT id FROM ${s()}.retry_jobs($1::bigint[]) ORDER BY id`, [
+      [failed.rows[0]?.id, dead.rows[0]?.id],
+    ]);
+    await c.query('ROLLBACK');
+    const enqueued = (await enqueue.running).rows;
+    await a.query('COMMIT');
+    // the failed job still held its key: the enqueue of it got the failed job
+    expect(enqueued[0]).toEqual({ id: failed.rows[0]?.id, deduplicated: true });
+    expect((await retry.running).rows.map((x) => x.id).sort()).toEqual([failed.rows[0]?.id, dead.rows[0]?.id].sort());
+  });
+
   it('a retry of a keyed job while an enqueue of its key is open: it waits, then comes back without the key', async () => {
     const { rows } = await db.pool.query<{ id: string }>(
       `INSERT INTO ${s()}.job_history (id, tenant, queue, task, payload, priority, state, attempts, max_attempts,
