@@ -3026,14 +3026,14 @@ CREATE FUNCTION tusk.retry_jobs(p_ids bigint[]) RETURNS TABLE(id bigint)
 DECLARE
   v_ids bigint[] := '{}';
   v_links jsonb;
-  v_id bigint;
+  v_run bigint[] := '{}';
+  v_kind integer;
   k record;
 BEGIN
-  -- The jobs with a dedup key first, one at a time in the order enqueue_dedup writes keys
-  -- in, so that a retry and an enqueue never wait on each other: a failed job's row (its
-  -- update holds the key: an enqueue of it waits for this transaction), then the revived
-  -- jobs' (the first takes the key back unless a job holds it — an enqueue of the key
-  -- under way is waited for, then seen — the others come back without it).
+  -- The jobs with a dedup key first, in the order enqueue_dedup writes keys in, so that a
+  -- retry and an enqueue never wait on each other: a failed job's row (its update holds
+  -- the key: an enqueue of it waits for this transaction), a revived job's insert. A run of
+  -- jobs of one kind in that order is one statement (retryAll's calls hold one kind).
   FOR k IN
     SELECT x.kind, x.id FROM (
       SELECT 0 AS kind, j.id, j.tenant, j.dedup_key FROM "tusk".jobs j
@@ -3044,44 +3044,16 @@ BEGIN
     ) x
     ORDER BY hashtext(x.tenant || E'\x1f' || x.dedup_key), x.tenant, x.dedup_key, x.kind, x.id
   LOOP
-    IF k.kind = 0 THEN
-      UPDATE "tusk".jobs j SET state = 'available', run_at = now(), attempts = 0
-      WHERE j.id = k.id AND j.state = 'failed'
-      RETURNING j.id INTO v_id;
-    ELSE
-      -- (a job with a dedup key has no dependencies: the two do not combine)
-      WITH revived AS (
-        DELETE FROM "tusk".job_history h
-        WHERE h.id = k.id AND h.state IN ('dead', 'cancelled', 'expired')
-        RETURNING h.*
-      ),
-      with_key AS (
-        INSERT INTO "tusk".jobs (id, tenant, queue, task, payload, priority, state, run_at, attempts,
-                                  max_attempts, concurrency_key, expires_at, created_at, errors, stats,
-                                  source_type, source_id, source_method, retry, dedup_key)
-        SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
-               r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
-               r.source_type, r.source_id, r.source_method, r.retry, r.dedup_key
-        FROM revived r
-        ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
-        RETURNING jobs.id
-      ),
-      without_key AS (
-        INSERT INTO "tusk".jobs (id, tenant, queue, task, payload, priority, state, run_at, attempts,
-                                  max_attempts, concurrency_key, expires_at, created_at, errors, stats,
-                                  source_type, source_id, source_method, retry)
-        SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
-               r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
-               r.source_type, r.source_id, r.source_method, r.retry
-        FROM revived r WHERE NOT EXISTS (SELECT 1 FROM with_key)
-        RETURNING jobs.id
-      )
-      SELECT coalesce((SELECT w.id FROM with_key w), (SELECT o.id FROM without_key o)) INTO v_id;
+    IF k.kind IS DISTINCT FROM v_kind AND v_kind IS NOT NULL THEN
+      v_ids := v_ids || "tusk".retry_keyed(v_kind, v_run);
+      v_run := '{}';
     END IF;
-    IF v_id IS NOT NULL THEN
-      v_ids := v_ids || v_id;
-    END IF;
+    v_kind := k.kind;
+    v_run := v_run || k.id;
   END LOOP;
+  IF v_kind IS NOT NULL THEN
+    v_ids := v_ids || "tusk".retry_keyed(v_kind, v_run);
+  END IF;
   -- then the jobs without a key, together
   WITH waiting AS (
     UPDATE "tusk".jobs j SET state = 'available', run_at = now(), attempts = 0
@@ -3118,6 +3090,70 @@ BEGIN
     PERFORM pg_notify('tusk' || ':jobs', '');
     RETURN QUERY SELECT unnest(v_ids);
   END IF;
+END $$;
+
+--
+-- Name: retry_keyed(integer, bigint[]); Type: FUNCTION; Schema: tusk; Owner: -
+--
+
+CREATE FUNCTION tusk.retry_keyed(p_kind integer, p_ids bigint[]) RETURNS bigint[]
+    LANGUAGE plpgsql
+    SET plan_cache_mode TO 'force_custom_plan'
+    AS $$
+DECLARE
+  v_ids bigint[];
+BEGIN
+  IF p_kind = 0 THEN
+    WITH locked AS (
+      SELECT j.id FROM "tusk".jobs j
+      WHERE j.id = ANY (p_ids) AND j.state = 'failed'
+      ORDER BY hashtext(j.tenant || E'\x1f' || j.dedup_key), j.tenant, j.dedup_key, j.id
+      FOR UPDATE
+    ),
+    waiting AS (
+      UPDATE "tusk".jobs j SET state = 'available', run_at = now(), attempts = 0
+      FROM locked l WHERE j.id = l.id
+      RETURNING j.id
+    )
+    SELECT coalesce(array_agg(w.id), '{}') INTO v_ids FROM waiting w;
+    RETURN v_ids;
+  END IF;
+  -- (a job with a dedup key has no dependencies: the two do not combine)
+  WITH revived AS (
+    DELETE FROM "tusk".job_history h
+    WHERE h.id = ANY (p_ids) AND h.state IN ('dead', 'cancelled', 'expired')
+    RETURNING h.*
+  ),
+  ranked AS (
+    SELECT v.*, row_number() OVER (PARTITION BY v.tenant, v.dedup_key ORDER BY v.id) = 1 AS first
+    FROM revived v
+  ),
+  with_key AS (
+    INSERT INTO "tusk".jobs (id, tenant, queue, task, payload, priority, state, run_at, attempts,
+                              max_attempts, concurrency_key, expires_at, created_at, errors, stats,
+                              source_type, source_id, source_method, retry, dedup_key)
+    SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
+           r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
+           r.source_type, r.source_id, r.source_method, r.retry, r.dedup_key
+    FROM ranked r WHERE r.first
+    ORDER BY hashtext(r.tenant || E'\x1f' || r.dedup_key), r.tenant, r.dedup_key
+    ON CONFLICT (tenant, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING jobs.id
+  ),
+  without_key AS (
+    INSERT INTO "tusk".jobs (id, tenant, queue, task, payload, priority, state, run_at, attempts,
+                              max_attempts, concurrency_key, expires_at, created_at, errors, stats,
+                              source_type, source_id, source_method, retry)
+    SELECT r.id, r.tenant, r.queue, r.task, r.payload, r.priority, 'available', now(), 0,
+           r.max_attempts, r.concurrency_key, NULL, r.created_at, r.errors, r.stats,
+           r.source_type, r.source_id, r.source_method, r.retry
+    FROM ranked r WHERE NOT r.first OR r.id NOT IN (SELECT k.id FROM with_key k)
+    RETURNING jobs.id
+  )
+  SELECT coalesce((SELECT array_agg(k.id) FROM with_key k), '{}')
+         || coalesce((SELECT array_agg(o.id) FROM without_key o), '{}')
+  INTO v_ids;
+  RETURN v_ids;
 END $$;
 
 --
