@@ -20,7 +20,10 @@
 -- for, then seen; the job comes back without the key then, as it did when a job held
 -- it), a statement per run of one kind (retry_keyed) — and the jobs without a key
 -- together after. A transaction that makes several
--- such calls may still meet another in opposite orders across its calls, as before.
+-- such calls may still meet another in opposite orders across its calls, as before. An
+-- enqueue whose key a retry took back while it waited (the job revived keeping its old
+-- creation time) does not return that job if it is past the enqueue's window: it clears
+-- the key and enqueues, as it did when the lock made it wait for the retry.
 -- (A first form of this migration bounded the locks per call instead — a schema lock,
 -- then tenant locks, then key locks — and was replaced before landing: a transaction
 -- making a small call then a large one upgraded a shared lock and deadlocked against
@@ -113,7 +116,11 @@ BEGIN
         RETURN NEXT;
         EXIT;
       END IF;
-      SELECT j.id INTO v_id FROM :SCHEMA.jobs j WHERE j.tenant = e.tenant_name AND j.dedup_key = e.dedup_key;
+      -- a holder past this enqueue's window is not one to return (a retry may have
+      -- revived an old job with the key since the clearing above): the next try clears it
+      SELECT j.id INTO v_id FROM :SCHEMA.jobs j
+      WHERE j.tenant = e.tenant_name AND j.dedup_key = e.dedup_key
+        AND j.created_at >= now() - coalesce(e.dedup_window_ms, 600000) * interval '1 millisecond';
       IF v_id IS NOT NULL THEN
         ord := e.n; id := v_id; deduplicated := true;
         RETURN NEXT;

@@ -1078,7 +1078,11 @@ BEGIN
         RETURN NEXT;
         EXIT;
       END IF;
-      SELECT j.id INTO v_id FROM "tusk".jobs j WHERE j.tenant = e.tenant_name AND j.dedup_key = e.dedup_key;
+      -- a holder past this enqueue's window is not one to return (a retry may have
+      -- revived an old job with the key since the clearing above): the next try clears it
+      SELECT j.id INTO v_id FROM "tusk".jobs j
+      WHERE j.tenant = e.tenant_name AND j.dedup_key = e.dedup_key
+        AND j.created_at >= now() - coalesce(e.dedup_window_ms, 600000) * interval '1 millisecond';
       IF v_id IS NOT NULL THEN
         ord := e.n; id := v_id; deduplicated := true;
         RETURN NEXT;

@@ -205,6 +205,29 @@ describe("the keys' locks", () => {
     expect((await retry.running).rows.map((x) => x.id).sort()).toEqual([failed.rows[0]?.id, dead.rows[0]?.id].sort());
   });
 
+  it("an enqueue waiting on a retry that takes its key back gets a new job when the revived one is past the key's window", async () => {
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO ${s()}.job_history (id, tenant, queue, task, payload, priority, state, attempts, max_attempts,
+         concurrency_key, dedup_key, created_at, run_at, finished_at)
+       VALUES (nextval('${db.schema}.jobs_id_seq'), 'acme', 'default', 'locks', 'null', 0, 'dead', 1, 1, '',
+               'stale-key', now() - interval '2 days', now() - interval '2 days', now()) RETURNING id`,
+    );
+    const [r, e] = [await session(), await session()];
+    await r.query('BEGIN');
+    await r.query(`SELECT id FROM ${s()}.retry_jobs($1::bigint[])`, [[rows[0]?.id]]);
+    const enqueue = await blocked<{ id: string; deduplicated: boolean }>(
+      e,
+      `SELECT id, deduplicated FROM ${s()}.enqueue_dedup($1::jsonb)`,
+      [keyed(['stale-key'])],
+    );
+    await r.query('COMMIT');
+    const got = (await enqueue.running).rows[0];
+    expect(got?.deduplicated).toBe(false);
+    expect(got?.id).not.toBe(rows[0]?.id);
+    const holders = await db.pool.query(`SELECT id FROM ${s()}.jobs WHERE dedup_key = 'stale-key'`);
+    expect(holders.rows.map((x) => x.id)).toEqual([got?.id]);
+  });
+
   it('a retry of a keyed job while an enqueue of its key is open: it waits, then comes back without the key', async () => {
     const { rows } = await db.pool.query<{ id: string }>(
       `INSERT INTO ${s()}.job_history (id, tenant, queue, task, payload, priority, state, attempts, max_attempts,
