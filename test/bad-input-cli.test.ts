@@ -5,6 +5,7 @@
 import { spawn } from 'node:child_process';
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
+import { timeOption } from '../src/cli/commands/enqueue.js';
 import { limitOption, RESET, rateOption } from '../src/cli/commands/tenants.js';
 import { parseQueue } from '../src/cli/commands/worker.js';
 import { intOption } from '../src/cli/context.js';
@@ -103,6 +104,25 @@ describe('option parsers', () => {
       }),
       { numRuns: 200 },
     );
+  });
+
+  it('times: ISO 8601 on a day and at a time that exist, not rolled over', () => {
+    const runAt = timeOption('--run-at');
+    expect(parsed(runAt, '2032-02-29T09:00:00Z')).toEqual(new Date('2032-02-29T09:00:00Z'));
+    expect(parsed(runAt, '2030-12-31T23:59:59+02:00')).toEqual(new Date('2030-12-31T21:59:59Z'));
+    for (const bad of [
+      '2030-02-30T09:00:00Z',
+      '2031-02-29T00:00:00Z',
+      '2030-04-31T00:00:00Z',
+      '2030-13-01T00:00:00Z',
+      '2030-01-01T24:00:00Z',
+      '2030-01-01T10:60:00Z',
+      'tomorrow',
+      '',
+    ])
+      expect(parsed(runAt, bad)).toBe(
+        `--run-at: must be an ISO 8601 time such as 2026-05-01T09:00:00Z (got ${JSON.stringify(bad)})`,
+      );
   });
 
   it('tenant limits and rates; queues with weights', () => {

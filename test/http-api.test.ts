@@ -227,6 +227,15 @@ describe('HTTP API', () => {
       'body.runAt',
       /ISO 8601/,
     );
+    // a day that does not exist is refused, not rolled over to the next month
+    for (const runAt of [
+      '2030-02-30T09:00:00Z',
+      '2031-02-29T09:00:00Z',
+      '2030-04-31T09:00:00Z',
+      '2030-01-01T24:00:00Z',
+    ])
+      expectInvalid(await call('POST', '/api/jobs', { body: { task: 'x', runAt } }), 'body.runAt', /ISO 8601/);
+    expectInvalid(await call('GET', '/api/jobs?from=2030-02-30T00:00:00Z'), 'query.from', /ISO 8601/);
     expectInvalid(await call('POST', '/api/jobs', { body: { task: 'x', nope: 1 } }), 'body', /unknown option "nope"/);
     expectInvalid(await call('POST', '/api/jobs', { body: { jobs: [] } }), 'body.jobs', /empty/);
     expectInvalid(

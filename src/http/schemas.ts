@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { retentionSchema } from '../client/retention.js';
 import { rateSchema, WAIT_REASONS } from '../client/tenants.js';
 import { TuskValidationError } from '../errors.js';
+import { calendarValid } from '../validation/dates.js';
 import {
   dependencyShape,
   describe,
@@ -25,7 +26,10 @@ import { SCOPES } from './scopes.js';
 const isoDate = z
   .string({ error: (issue) => `must be an ISO 8601 date-time string (got ${describe(issue.input)})` })
   .refine(
-    (s) => /^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)$/.test(s) && !Number.isNaN(Date.parse(s)),
+    (s) =>
+      /^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)$/.test(s) &&
+      calendarValid(s) &&
+      !Number.isNaN(Date.parse(s)),
     {
       error: (issue) =>
         `must be an ISO 8601 date-time with a time zone, e.g. 2030-01-01T09:00:00Z (got ${describe(issue.input)})`,

@@ -1,6 +1,7 @@
 import { type Command, Option } from 'commander';
 import { TuskValidationError } from '../../errors.js';
 import type { EnqueueOptions } from '../../types.js';
+import { calendarValid } from '../../validation/dates.js';
 import { MAX_DELAY_MS } from '../../validation/validate.js';
 import { intOption, optionError, tuskFor } from '../context.js';
 import { jsonArgument } from '../payload.js';
@@ -30,7 +31,7 @@ interface Options {
 export function timeOption(flag: string) {
   return (value: string): Date => {
     const at = new Date(value);
-    if (!/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}/.test(value) || Number.isNaN(at.getTime())) {
+    if (!calendarValid(value) || Number.isNaN(at.getTime())) {
       throw optionError(flag, `must be an ISO 8601 time such as 2026-05-01T09:00:00Z (got ${JSON.stringify(value)})`);
     }
     return at;
