@@ -278,6 +278,15 @@ describe('HTTP API', () => {
     expect(week.buckets.length).toBeGreaterThanOrEqual(84);
     expect(week.buckets.length).toBeLessThanOrEqual(85);
     expect((await call('GET', '/api/nothing')).status).toBe(404);
+    // bad path parameters, and a body over the limit (the replies are checked against the
+    // document at the end: their statuses must be documented)
+    expectInvalid(await call('POST', '/api/jobs/0/cancel'), 'id');
+    expectInvalid(await call('DELETE', '/api/jobs/abc'), 'id');
+    expectInvalid(await call('GET', `/api/tenants/${'t'.repeat(129)}`), 'tenant');
+    const big = await call('POST', '/api/jobs', {
+      raw: JSON.stringify({ task: 'x', payload: 'x'.repeat(3 * 1024 * 1024) }),
+    });
+    expect(big.status).toBe(413);
   });
 
   it('a body over the limit: 413', async () => {

@@ -48,7 +48,22 @@ function operation(e: Endpoint) {
   }
   if (e.method !== 'get') {
     responses[415] = { description: 'no Content-Type: application/json', content: json(errorSchema, 'output') };
+    responses[413] ??= {
+      description: 'a body over its limit (maxBodyBytes; maxBatchBodyBytes for enqueue many)',
+      content: json(errorSchema, 'output'),
+    };
   }
+  if (parameters.some((p) => p.in === 'path')) {
+    responses[400] ??= {
+      description: 'a bad path parameter, named in the error',
+      content: json(errorSchema, 'output'),
+    };
+  }
+  // answered by the HTTP server itself, before any route: no body
+  responses[408] ??= {
+    description:
+      "the request's headers or body not sent in time (headersTimeoutMs, requestTimeoutMs); the connection is closed",
+  };
   if (e.access !== 'public') {
     responses[401] = { description: 'no token, or an unknown or revoked one', content: json(errorSchema, 'output') };
     responses[429] ??= {
