@@ -479,8 +479,11 @@ describe('fairness', () => {
     await db.pool.query(`DELETE FROM "${db.schema}".jobs WHERE queue = 'fair' AND state <> 'running'`);
     await eventually(() => finishedIn('fair'));
     await worker.stop();
-    // started within the next couple of claims, not after the remaining ~290 flood jobs
-    expect(served - at).toBeLessThanOrEqual(2);
+    // started within the next couple of claims, not after the remaining ~290 flood jobs: at
+    // the enqueue's return each of the worker's two claim loops may have a claim in flight
+    // whose snapshot came before it, and two flood jobs claimed but not yet started (on a
+    // loaded machine: CI saw 3 once)
+    expect(served - at).toBeLessThanOrEqual(4);
   });
 
   it('FIFO by (priority, enqueue order) inside a tenant while tenants are interleaved', async () => {
