@@ -42,6 +42,7 @@ DECLARE
   v_run_at timestamptz;
   v_try integer;
   v_ids bigint[];
+  v_window_start timestamptz;
 BEGIN
   -- The ids first, in input order: the jobs keep the batch's order (FIFO) whatever order
   -- they are written in. An id not used (a deduplicated entry) is a gap, as a rollback's.
@@ -52,20 +53,22 @@ BEGIN
   -- key). No lock per key: a call of 10 000 keys held 10 000 entries of the server's lock
   -- table.
   FOR e IN
-    SELECT x.*, coalesce(x.tenant, 'default') AS tenant_name
-    FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
-           task text, payload jsonb, tenant text, queue text, priority smallint, run_at timestamptz,
-           delay_ms bigint, max_attempts integer, concurrency_key text, expires_at timestamptz,
-           retry jsonb, dedup_key text, dedup_window_ms bigint, source_type text, source_id text,
-           source_method text, debounce_key text, debounce_max_wait_ms bigint)) WITH ORDINALITY
-         AS x(task, payload, tenant, queue, priority, run_at, delay_ms, max_attempts,
-              concurrency_key, expires_at, retry, dedup_key, dedup_window_ms, source_type, source_id,
-              source_method, debounce_key, debounce_max_wait_ms, n)
-    -- the key an entry uses (its debounce key, else its dedup key), told apart by kind
-    ORDER BY hashtext(coalesce(x.tenant, 'default') || E'\x1f'
-                      || CASE WHEN x.debounce_key IS NOT NULL THEN E'\x1e' || x.debounce_key ELSE x.dedup_key END),
-             coalesce(x.tenant, 'default'), x.debounce_key IS NOT NULL,
-             coalesce(x.debounce_key, x.dedup_key), x.n
+    SELECT y.* FROM (
+      SELECT x.*, coalesce(x.tenant, 'default') AS tenant_name,
+             -- the key an entry uses (its debounce key, else its dedup key), told apart by kind
+             x.debounce_key IS NOT NULL AS debounced, coalesce(x.debounce_key, x.dedup_key) AS used_key
+      FROM ROWS FROM (jsonb_to_recordset(p_jobs) AS (
+             task text, payload jsonb, tenant text, queue text, priority smallint, run_at timestamptz,
+             delay_ms bigint, max_attempts integer, concurrency_key text, expires_at timestamptz,
+             retry jsonb, dedup_key text, dedup_window_ms bigint, source_type text, source_id text,
+             source_method text, debounce_key text, debounce_max_wait_ms bigint)) WITH ORDINALITY
+           AS x(task, payload, tenant, queue, priority, run_at, delay_ms, max_attempts,
+                concurrency_key, expires_at, retry, dedup_key, dedup_window_ms, source_type, source_id,
+                source_method, debounce_key, debounce_max_wait_ms, n)
+    ) y
+    -- retry_jobs sorts its dedup keys by the same hash (no \x1e for a dedup key)
+    ORDER BY hashtext(y.tenant_name || E'\x1f' || CASE WHEN y.debounced THEN E'\x1e' ELSE '' END || y.used_key),
+             y.tenant_name, y.debounced, y.used_key, y.n
   LOOP
     v_run_at := coalesce(e.run_at, now() + coalesce(e.delay_ms, 0) * interval '1 millisecond');
     IF e.debounce_key IS NOT NULL THEN
@@ -94,12 +97,12 @@ BEGIN
       RETURN NEXT;
       CONTINUE;
     END IF;
+    v_window_start := now() - coalesce(e.dedup_window_ms, 600000) * interval '1 millisecond';
     -- a few tries at most: the matching job may finish before its id is read
     FOR v_try IN 1..5 LOOP
       IF e.dedup_key IS NOT NULL THEN
         UPDATE :SCHEMA.jobs j SET dedup_key = NULL
-        WHERE j.tenant = e.tenant_name AND j.dedup_key = e.dedup_key
-          AND j.created_at < now() - coalesce(e.dedup_window_ms, 600000) * interval '1 millisecond';
+        WHERE j.tenant = e.tenant_name AND j.dedup_key = e.dedup_key AND j.created_at < v_window_start;
       END IF;
       INSERT INTO :SCHEMA.jobs AS j (id, tenant, queue, task, payload, priority, state, run_at, max_attempts,
                                      concurrency_key, expires_at, retry, dedup_key,
@@ -119,8 +122,7 @@ BEGIN
       -- a holder past this enqueue's window is not one to return (a retry may have
       -- revived an old job with the key since the clearing above): the next try clears it
       SELECT j.id INTO v_id FROM :SCHEMA.jobs j
-      WHERE j.tenant = e.tenant_name AND j.dedup_key = e.dedup_key
-        AND j.created_at >= now() - coalesce(e.dedup_window_ms, 600000) * interval '1 millisecond';
+      WHERE j.tenant = e.tenant_name AND j.dedup_key = e.dedup_key AND j.created_at >= v_window_start;
       IF v_id IS NOT NULL THEN
         ord := e.n; id := v_id; deduplicated := true;
         RETURN NEXT;

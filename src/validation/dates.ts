@@ -11,17 +11,9 @@
 export function calendarValid(text: string): boolean {
   const m = /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d)(?::(\d\d))?/.exec(text);
   if (!m) return false;
-  const [year, month, day, hour, minute, second] = m.slice(1).map((f) => Number(f ?? 0));
-  if (year === undefined || month === undefined || day === undefined) return false;
+  // the seconds may be left out
+  const [year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0] = m.slice(1).map((f) => Number(f ?? 0));
   // day 0 of the next month is the last day of this one
   const days = new Date(Date.UTC(year, month, 0)).getUTCDate();
-  return (
-    month >= 1 &&
-    month <= 12 &&
-    day >= 1 &&
-    day <= days &&
-    (hour ?? 0) <= 23 &&
-    (minute ?? 0) <= 59 &&
-    (second ?? 0) <= 59
-  );
+  return month >= 1 && month <= 12 && day >= 1 && day <= days && hour <= 23 && minute <= 59 && second <= 59;
 }
