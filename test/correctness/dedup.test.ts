@@ -62,6 +62,19 @@ describe("the keys' locks", () => {
       ).rows[0]?.n,
     );
 
+  /** Dead jobs of tenant acme in job_history, one per key, created `age` ago; their ids in order. */
+  const deadJobs = async (keys: string[], age = '0 s') =>
+    (
+      await db.pool.query<{ id: string }>(
+        `INSERT INTO ${s()}.job_history (id, tenant, queue, task, payload, priority, state, attempts, max_attempts,
+           concurrency_key, dedup_key, created_at, run_at, finished_at)
+         SELECT nextval('${db.schema}.jobs_id_seq'), 'acme', 'default', 'locks', 'null', 0, 'dead', 1, 1, '',
+                k.key, now() - $2::interval, now() - $2::interval, now()
+         FROM unnest($1::text[]) WITH ORDINALITY AS k(key, n) ORDER BY k.n RETURNING id`,
+        [keys, age],
+      )
+    ).rows.map((r) => r.id);
+
   // PostgreSQL's lock table is the server's, some 64 entries per connection slot in all: a
   // call holding one lock per key (10 000 in one HTTP request) made others fail with
   // "out of shared memory"
@@ -81,17 +94,9 @@ describe("the keys' locks", () => {
     expect(await advisoryLocks(c)).toBe(0);
     await c.query('ROLLBACK');
 
-    const { rows } = await db.pool.query<{ id: string }>(
-      `INSERT INTO ${s()}.job_history (id, tenant, queue, task, payload, priority, state, attempts, max_attempts,
-         concurrency_key, dedup_key, created_at, run_at, finished_at)
-       SELECT nextval('${db.schema}.jobs_id_seq'), 'acme', 'default', 'locks', 'null', 0, 'dead', 1, 1, '',
-              'dead-' || g, now(), now(), now()
-       FROM generate_series(1, 300) g RETURNING id`,
-    );
+    const dead = await deadJobs(Array.from({ length: 300 }, (_, g) => `dead-${g + 1}`));
     await c.query('BEGIN');
-    const retried = await c.query(`SELECT count(*)::integer AS n FROM ${s()}.retry_jobs($1::bigint[])`, [
-      rows.map((r) => r.id),
-    ]);
+    const retried = await c.query(`SELECT count(*)::integer AS n FROM ${s()}.retry_jobs($1::bigint[])`, [dead]);
     expect(retried.rows[0]?.n).toBe(300);
     expect(await advisoryLocks(c)).toBe(0);
     await c.query('ROLLBACK');
@@ -178,13 +183,7 @@ describe("the keys' locks", () => {
        VALUES ('acme', 'locks', 'null', 'failed', now() + interval '1 hour', 1, $1) RETURNING id`,
       [high],
     );
-    const dead = await db.pool.query<{ id: string }>(
-      `INSERT INTO ${s()}.job_history (id, tenant, queue, task, payload, priority, state, attempts, max_attempts,
-         concurrency_key, dedup_key, created_at, run_at, finished_at)
-       VALUES (nextval('${db.schema}.jobs_id_seq'), 'acme', 'default', 'locks', 'null', 0, 'dead', 1, 1, '',
-               $1, now(), now(), now()) RETURNING id`,
-      [low],
-    );
+    const [dead] = await deadJobs([low ?? '']);
     const [c, a, r] = [await session(), await session(), await session()];
     await c.query('BEGIN');
     await c.query(`SELECT id FROM ${s()}.enqueue_dedup($1::jsonb)`, [keyed([mid ?? ''])]);
@@ -195,26 +194,21 @@ describe("the keys' locks", () => {
       [keyed([high ?? '', low ?? '', mid ?? ''])],
     );
     const retry = await blocked<{ id: string }>(r, `SELECT id FROM ${s()}.retry_jobs($1::bigint[]) ORDER BY id`, [
-      [failed.rows[0]?.id, dead.rows[0]?.id],
+      [failed.rows[0]?.id, dead],
     ]);
     await c.query('ROLLBACK');
     const enqueued = (await enqueue.running).rows;
     await a.query('COMMIT');
     // the failed job still held its key: the enqueue of it got the failed job
     expect(enqueued[0]).toEqual({ id: failed.rows[0]?.id, deduplicated: true });
-    expect((await retry.running).rows.map((x) => x.id).sort()).toEqual([failed.rows[0]?.id, dead.rows[0]?.id].sort());
+    expect((await retry.running).rows.map((x) => x.id).sort()).toEqual([failed.rows[0]?.id, dead].sort());
   });
 
   it("an enqueue waiting on a retry that takes its key back gets a new job when the revived one is past the key's window", async () => {
-    const { rows } = await db.pool.query<{ id: string }>(
-      `INSERT INTO ${s()}.job_history (id, tenant, queue, task, payload, priority, state, attempts, max_attempts,
-         concurrency_key, dedup_key, created_at, run_at, finished_at)
-       VALUES (nextval('${db.schema}.jobs_id_seq'), 'acme', 'default', 'locks', 'null', 0, 'dead', 1, 1, '',
-               'stale-key', now() - interval '2 days', now() - interval '2 days', now()) RETURNING id`,
-    );
+    const [stale] = await deadJobs(['stale-key'], '2 days');
     const [r, e] = [await session(), await session()];
     await r.query('BEGIN');
-    await r.query(`SELECT id FROM ${s()}.retry_jobs($1::bigint[])`, [[rows[0]?.id]]);
+    await r.query(`SELECT id FROM ${s()}.retry_jobs($1::bigint[])`, [[stale]]);
     const enqueue = await blocked<{ id: string; deduplicated: boolean }>(
       e,
       `SELECT id, deduplicated FROM ${s()}.enqueue_dedup($1::jsonb)`,
@@ -223,32 +217,27 @@ describe("the keys' locks", () => {
     await r.query('COMMIT');
     const got = (await enqueue.running).rows[0];
     expect(got?.deduplicated).toBe(false);
-    expect(got?.id).not.toBe(rows[0]?.id);
+    expect(got?.id).not.toBe(stale);
     const holders = await db.pool.query(`SELECT id FROM ${s()}.jobs WHERE dedup_key = 'stale-key'`);
     expect(holders.rows.map((x) => x.id)).toEqual([got?.id]);
   });
 
   it('a retry of a keyed job while an enqueue of its key is open: it waits, then comes back without the key', async () => {
-    const { rows } = await db.pool.query<{ id: string }>(
-      `INSERT INTO ${s()}.job_history (id, tenant, queue, task, payload, priority, state, attempts, max_attempts,
-         concurrency_key, dedup_key, created_at, run_at, finished_at)
-       VALUES (nextval('${db.schema}.jobs_id_seq'), 'acme', 'default', 'locks', 'null', 0, 'dead', 1, 1, '',
-               'revived-key', now(), now(), now()) RETURNING id`,
-    );
+    const [revived] = await deadJobs(['revived-key']);
     const [a, b] = [await session(), await session()];
     await a.query('BEGIN');
     const fresh = await a.query<{ id: string }>(`SELECT id FROM ${s()}.enqueue_dedup($1::jsonb)`, [
       keyed(['revived-key']),
     ]);
-    const retry = await blocked<{ id: string }>(b, `SELECT id FROM ${s()}.retry_jobs($1::bigint[])`, [[rows[0]?.id]]);
+    const retry = await blocked<{ id: string }>(b, `SELECT id FROM ${s()}.retry_jobs($1::bigint[])`, [[revived]]);
     await a.query('COMMIT');
-    expect((await retry.running).rows.map((r) => r.id)).toEqual([rows[0]?.id]);
+    expect((await retry.running).rows.map((r) => r.id)).toEqual([revived]);
     const keys = await db.pool.query<{ id: string; dedup_key: string | null }>(
       `SELECT id, dedup_key FROM ${s()}.jobs WHERE id = ANY ($1::bigint[]) ORDER BY id`,
-      [[rows[0]?.id, fresh.rows[0]?.id]],
+      [[revived, fresh.rows[0]?.id]],
     );
     expect(keys.rows).toEqual([
-      { id: rows[0]?.id, dedup_key: null },
+      { id: revived, dedup_key: null },
       { id: fresh.rows[0]?.id, dedup_key: 'revived-key' },
     ]);
   });
