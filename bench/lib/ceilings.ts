@@ -23,11 +23,24 @@ export interface CeilingDrain {
   clientCpu: number;
 }
 
-const SCHEMA = 'bench_ceiling';
+/** The statements of the drain ceilings, on the jobs table `t` and the history table `h`. */
+export const ceilingSql = (t: string, h: string) => ({
+  /**
+   * The bare drain's one statement. The batch's ids come as an array (`= ANY (ARRAY(…))`),
+   * not as `IN (SELECT …)`: PostgreSQL plans the latter as a hash semi-join over a
+   * sequential scan of the whole table, every batch — a ceiling that falls as the table
+   * grows, and under the drains it bounds.
+   */
+  bare: `DELETE FROM ${t} WHERE id = ANY (ARRAY(SELECT id FROM ${t} ORDER BY id LIMIT ${CEILING_BATCH} FOR UPDATE SKIP LOCKED))`,
+  lock: `SELECT id FROM ${t} ORDER BY id LIMIT ${CEILING_BATCH} FOR UPDATE SKIP LOCKED`,
+  keep: `WITH d AS (DELETE FROM ${t} WHERE id = ANY($1::bigint[]) RETURNING id, payload, created_at)
+         INSERT INTO ${h} (id, payload, created_at) SELECT id, payload, created_at FROM d`,
+});
 
 /**
- * Drains `jobs` jobs from CEILING_CONNECTIONS connections, CEILING_BATCH at a time.
- * Bare: `DELETE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED)`, one statement.
+ * Drains `jobs` jobs from CEILING_CONNECTIONS connections, CEILING_BATCH at a time, in a
+ * scratch schema (`schema`, dropped before and after).
+ * Bare: `DELETE … WHERE id = ANY (ARRAY(SELECT … FOR UPDATE SKIP LOCKED))`, one statement.
  * Keeping history: in one transaction, lock a batch with `SELECT … FOR UPDATE SKIP
  * LOCKED`, then `WITH d AS (DELETE … RETURNING …) INSERT INTO job_history SELECT … FROM d`.
  */
@@ -36,14 +49,16 @@ export async function drainCeiling(
   jobs: number,
   keepHistory: boolean,
   say: (s: string) => void,
+  schema = 'bench_ceiling',
 ): Promise<CeilingDrain> {
   const pool = new pg.Pool({ connectionString: url, max: CEILING_CONNECTIONS });
-  const t = `${SCHEMA}.jobs`;
-  const h = `${SCHEMA}.job_history`;
+  const t = `${schema}.jobs`;
+  const h = `${schema}.job_history`;
+  const sql = ceilingSql(t, h);
   try {
     say('setting up');
-    await pool.query(`DROP SCHEMA IF EXISTS ${SCHEMA} CASCADE`);
-    await pool.query(`CREATE SCHEMA ${SCHEMA}`);
+    await pool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await pool.query(`CREATE SCHEMA ${schema}`);
     await pool.query(
       `CREATE TABLE ${t} (id bigserial PRIMARY KEY, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`,
     );
@@ -59,27 +74,16 @@ export async function drainCeiling(
     await pool.query(`VACUUM ANALYZE ${t}`);
     if (keepHistory) await pool.query(`VACUUM ANALYZE ${h}`);
 
-    const bare = async (client: pg.PoolClient) =>
-      (
-        await client.query(
-          `DELETE FROM ${t} WHERE id IN (SELECT id FROM ${t} ORDER BY id LIMIT ${CEILING_BATCH} FOR UPDATE SKIP LOCKED)`,
-        )
-      ).rowCount ?? 0;
+    const bare = async (client: pg.PoolClient) => (await client.query(sql.bare)).rowCount ?? 0;
     const withHistory = async (client: pg.PoolClient) => {
       await client.query('BEGIN');
       try {
-        const { rows } = await client.query<{ id: string }>(
-          `SELECT id FROM ${t} ORDER BY id LIMIT ${CEILING_BATCH} FOR UPDATE SKIP LOCKED`,
-        );
+        const { rows } = await client.query<{ id: string }>(sql.lock);
         if (rows.length === 0) {
           await client.query('COMMIT');
           return 0;
         }
-        const { rowCount } = await client.query(
-          `WITH d AS (DELETE FROM ${t} WHERE id = ANY($1::bigint[]) RETURNING id, payload, created_at)
-           INSERT INTO ${h} (id, payload, created_at) SELECT id, payload, created_at FROM d`,
-          [rows.map((r) => r.id)],
-        );
+        const { rowCount } = await client.query(sql.keep, [rows.map((r) => r.id)]);
         await client.query('COMMIT');
         return rowCount ?? 0;
       } catch (error) {
@@ -121,7 +125,7 @@ export async function drainCeiling(
       Number((await pool.query<{ n: string }>(`SELECT count(*) AS n FROM ${table}`)).rows[0]?.n);
     return { done, ms, remaining: await count(t), history: keepHistory ? await count(h) : null, ...cpu };
   } finally {
-    await pool.query(`DROP SCHEMA IF EXISTS ${SCHEMA} CASCADE`).catch(() => {});
+    await pool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => {});
     await pool.end();
   }
 }

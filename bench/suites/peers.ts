@@ -511,8 +511,8 @@ export async function peers(o: PeersOptions): Promise<boolean> {
       ],
       [
         'ceilings',
-        `bare SQL from ${CEILING_CONNECTIONS} connections, ${CEILING_BATCH} jobs a batch: DELETE … WHERE id IN ` +
-          '(SELECT … FOR UPDATE SKIP LOCKED); keeping history: BEGIN, SELECT … FOR UPDATE SKIP LOCKED, ' +
+        `bare SQL from ${CEILING_CONNECTIONS} connections, ${CEILING_BATCH} jobs a batch: DELETE … WHERE id = ANY ` +
+          '(ARRAY(SELECT … FOR UPDATE SKIP LOCKED)); keeping history: BEGIN, SELECT … FOR UPDATE SKIP LOCKED, ' +
           'WITH d AS (DELETE … RETURNING …) INSERT INTO job_history SELECT … FROM d, COMMIT; enqueue: ' +
           `INSERT … SELECT … generate_series into a Tusk-migrated jobs table, ${CHUNK.toLocaleString('en')} ` +
           'rows a statement, two loads',
