@@ -163,10 +163,7 @@ export function jobs({ params, who, navigate, toast }) {
       {
         type: 'button',
         class: 'small link',
-        onclick: () => {
-          selected.clear();
-          render();
-        },
+        onclick: clearSelection,
       },
       'Clear selection',
     ),
@@ -200,13 +197,13 @@ export function jobs({ params, who, navigate, toast }) {
   let next = null;
   newer.addEventListener('click', () => {
     cursor = cursors.pop() ?? null;
-    selected.clear();
+    clearSelection();
     refresh();
   });
   older.addEventListener('click', () => {
     cursors.push(cursor);
     cursor = next;
-    selected.clear();
+    clearSelection();
     refresh();
   });
 
@@ -251,7 +248,7 @@ export function jobs({ params, who, navigate, toast }) {
       failed ? `${int(failed)} failed` : '',
     ];
     toast(parts.filter(Boolean).join('; '), failed > 0);
-    selected.clear();
+    clearSelection();
     await refresh();
   }
 
@@ -272,7 +269,7 @@ export function jobs({ params, who, navigate, toast }) {
       failed ? `${int(failed)} not deleted (others depend on them, or they started meanwhile)` : '',
     ];
     toast(parts.filter(Boolean).join('; '), failed > 0);
-    selected.clear();
+    clearSelection();
     await refresh();
   }
 
@@ -285,6 +282,16 @@ export function jobs({ params, who, navigate, toast }) {
     retrySelected.disabled = !chosen.some((j) => RETRYABLE.includes(j.state));
     cancelSelected.disabled = !chosen.some((j) => CANCELLABLE.includes(j.state));
     deleteSelected.disabled = !chosen.some((j) => j.state !== 'running');
+  }
+
+  /**
+   * Empties the selection and shows it at once: the rows stay until the next refresh
+   * returns, and a box left checked meanwhile would read as selected (a click on it then
+   * unchecked it, and the job was left out of the next action).
+   */
+  function clearSelection() {
+    selected.clear();
+    render();
   }
 
   /**
