@@ -63,6 +63,7 @@ import {
   enqueueOptionsSchema,
   errorMessageSchema,
   flowNodeSchema,
+  ID_DIGITS,
   inBigintRange,
   integer,
   jobSpecSchema,
@@ -136,14 +137,8 @@ const fetchOptionsSchema = z.strictObject({
 const leaseSchema = z
   .strictObject(
     {
-      id: z
-        .string()
-        .regex(/^[1-9]\d{0,18}$/)
-        .refine(inBigintRange, 'must be a job id up to 9223372036854775807'),
-      token: z
-        .string()
-        .regex(/^[1-9]\d{0,18}$/)
-        .refine(inBigintRange, 'must be a token up to 9223372036854775807'),
+      id: z.string().regex(ID_DIGITS).refine(inBigintRange, 'must be a job id up to 9223372036854775807'),
+      token: z.string().regex(ID_DIGITS).refine(inBigintRange, 'must be a token up to 9223372036854775807'),
     },
     {
       error: 'must be the leased job returned by fetch, or { id, token }: the token tells this lease from any other',

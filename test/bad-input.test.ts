@@ -409,6 +409,15 @@ describe('enqueue options', () => {
       await expectRefused(db, () => tusk.cancel(id as never), 'id', /must be a job id/);
       await expectRefused(db, () => tusk.retry(id as never), 'id', /must be a job id/);
     }
+    // a number past 2^53 is not the id it was written as: 2 ** 60 + 1 is 2 ** 60, which
+    // String() writes as 1152921504606847000, another id; refused, where a string or a bigint is not
+    for (const id of [2 ** 60 + 1, Number.MAX_SAFE_INTEGER + 1]) {
+      await expectRefused(db, () => tusk.getJob(id), 'id', /past 2\^53 is not exact: pass the id as a string/);
+      await expectRefused(db, () => tusk.cancel(id), 'id', /past 2\^53/);
+    }
+    expect(await tusk.getJob('1152921504606846977')).toBeNull();
+    expect(await tusk.getJob(2n ** 60n + 1n)).toBeNull();
+    expect(await tusk.getJob(Number.MAX_SAFE_INTEGER)).toBeNull();
   });
 });
 

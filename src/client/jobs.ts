@@ -3,13 +3,21 @@ import type { ClaimedRow } from '../queries/claimJobs.js';
 import type { JobRow } from '../queries/jobColumns.js';
 import type { JobSummaryRow } from '../queries/listJobs.js';
 import type { Job, JobError, JobSource, JobState, JobSummary, LeasedJob } from '../types.js';
-import { inBigintRange } from '../validation/validate.js';
+import { idText } from '../validation/validate.js';
 
-/** A job id as the database wants it: decimal digits. Accepts string, number or bigint. */
+/**
+ * A job id as the database wants it: decimal digits. Accepts a string, a safe integer or a
+ * bigint (a larger number is not the id it was written as: pass a string or a bigint).
+ */
 export function jobId(id: unknown, field = 'id'): string {
-  const text = typeof id === 'number' || typeof id === 'bigint' ? String(id) : id;
-  if (typeof text !== 'string' || !/^[1-9]\d{0,18}$/.test(text) || !inBigintRange(text)) {
-    throw new TuskValidationError(field, `must be a job id: a positive integer (got ${JSON.stringify(String(id))})`);
+  const text = idText(id);
+  if (text === null) {
+    const inexact = typeof id === 'number' && Number.isInteger(id) && id > 0;
+    throw new TuskValidationError(
+      field,
+      `must be a job id: a positive integer (got ${JSON.stringify(String(id))})` +
+        (inexact ? '; a number past 2^53 is not exact: pass the id as a string or a bigint' : ''),
+    );
   }
   return text;
 }

@@ -8,6 +8,7 @@ import {
   describe,
   errorMessageSchema,
   flagSchema,
+  ID_DIGITS,
   inBigintRange,
   integer,
   jobOptionShape,
@@ -55,7 +56,7 @@ const positiveInt = (max: number) =>
 
 export const jobIdSchema = z
   .string()
-  .regex(/^[1-9]\d{0,18}$/, 'must be a job id: a positive integer')
+  .regex(ID_DIGITS, 'must be a job id: a positive integer')
   .refine(inBigintRange, 'must be a job id: a positive integer up to 9223372036854775807')
   .meta({ description: 'job id (a positive integer)' });
 const jobStates = ['scheduled', 'available', 'running', 'failed', 'succeeded', 'dead', 'cancelled', 'expired'] as const;
@@ -177,7 +178,7 @@ export const fetchBody = z.strictObject({
 
 const token = z
   .string({ error: 'must be the token returned by fetch, a string of digits' })
-  .regex(/^[1-9]\d{0,18}$/, { error: 'must be the token returned by fetch, a string of digits' })
+  .regex(ID_DIGITS, { error: 'must be the token returned by fetch, a string of digits' })
   .refine(inBigintRange, 'must be the token returned by fetch: digits up to 9223372036854775807')
   .meta({ description: 'the lease: the token returned by fetch (a string of digits)', example: '42' });
 export const ackBody = z.strictObject({ token, result: z.unknown().optional() });

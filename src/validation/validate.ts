@@ -13,6 +13,21 @@ export const MAX_NACK_DELAY_MS = 2_147_483_647;
 /** Decimal digits within a bigint's range (19 digits may pass it: PostgreSQL would refuse them). */
 export const inBigintRange = (digits: string) => !/^\d+$/.test(digits) || BigInt(digits) <= 9223372036854775807n;
 
+/** A positive bigint in decimal, as ids and lease tokens are written: up to 19 digits, no leading zero. */
+export const ID_DIGITS = /^[1-9]\d{0,18}$/;
+
+/**
+ * An id given as a string, a number or a bigint, as the decimal digits the database wants;
+ * null if it is not a positive integer in a bigint's range. A number must be a safe
+ * integer: past 2^53 it is not the integer it was written as (2 ** 60 + 1 is 2 ** 60, and
+ * String() of that reads 1152921504606847000, another id).
+ */
+export function idText(id: unknown): string | null {
+  const text =
+    typeof id === 'number' ? (Number.isSafeInteger(id) ? String(id) : null) : typeof id === 'bigint' ? String(id) : id;
+  return typeof text === 'string' && ID_DIGITS.test(text) && inBigintRange(text) ? text : null;
+}
+
 // Messages are computed only on failure, and in as few checks as can be: each check and
 // each error function costs (enqueueMany validates every entry of 10 000-job batches).
 
@@ -122,17 +137,9 @@ export const jobOptionShape = {
 };
 
 /** A job id as an argument: decimal digits, a safe integer or a bigint, positive, a bigint's range. */
-export const jobIdArgSchema = z.custom<string | number | bigint>(
-  (id) => {
-    const text = typeof id === 'number' ? (Number.isSafeInteger(id) ? String(id) : '') : id;
-    return (
-      (typeof text === 'string' || typeof text === 'bigint') &&
-      /^[1-9]\d{0,18}$/.test(String(text)) &&
-      inBigintRange(String(text))
-    );
-  },
-  { error: (issue) => `must be a job id: a positive integer (got ${describe(issue.input)})` },
-);
+export const jobIdArgSchema = z.custom<string | number | bigint>((id) => idText(id) !== null, {
+  error: (issue) => `must be a job id: a positive integer (got ${describe(issue.input)})`,
+});
 
 /** At most this many dependencies a job (and jobs a flow). */
 export const MAX_DEPENDENCIES = 10_000;

@@ -1,13 +1,12 @@
 import { JobCancelledError, LeaseLostError } from '../errors.js';
 import type { ClaimedRow } from '../queries/claimJobs.js';
+import { ID_DIGITS } from '../validation/validate.js';
 import type { ActiveJob } from './activeJob.js';
 import type { WorkerCounters } from './counters.js';
 import { Fifo } from './fifo.js';
 
 /** At most this many cancels of jobs not held are remembered (see HeldJobs.#heardUnheld). */
 const HEARD_UNHELD_MAX = 10_000;
-/** A job id as a notification carries it: a positive bigint in decimal. */
-const JOB_ID = /^[1-9]\d{0,18}$/;
 
 /**
  * The jobs whose lease a worker holds: those claimed ahead, not started yet (in claim
@@ -127,7 +126,7 @@ export class HeldJobs {
       held = true;
     }
     // a job id only: anyone may NOTIFY, and other text would fill the memory with keys no job has
-    if (!held && JOB_ID.test(id)) {
+    if (!held && ID_DIGITS.test(id)) {
       // set anew, so last: the map stays in the order heard, the oldest first
       this.#heardUnheld.delete(id);
       this.#heardUnheld.set(id, at);
