@@ -43,6 +43,7 @@ export class LeaseLostError extends TuskError {
 /** PostgreSQL error codes Tusk reacts to. */
 export const SQLSTATE = {
   undefinedTable: '42P01',
+  insufficientPrivilege: '42501',
   undefinedFunction: '42883',
   invalidSchemaName: '3F000',
   uniqueViolation: '23505',

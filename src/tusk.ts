@@ -230,7 +230,7 @@ export class Tusk<L extends TaskList = TaskList> {
   readonly #recorded = new RecordedTasks(async () =>
     recordedDefinitions(await this.pool(), this.schema).catch((error) => {
       const code = (error as { code?: string }).code;
-      if (code !== SQLSTATE.undefinedTable && code !== '42501') throw error;
+      if (code !== SQLSTATE.undefinedTable && code !== SQLSTATE.insufficientPrivilege) throw error;
       const what = 'the task definitions workers recorded cannot be read: enqueues do without';
       if (code === SQLSTATE.undefinedTable) this.#log.debug({ err: error }, what);
       else this.#log.warn({ reason: (error as Error).message }, what);
@@ -348,7 +348,8 @@ export class Tusk<L extends TaskList = TaskList> {
    * `pg` connection) use COPY, about twice as fast, and without `client` or payload
    * schemas are checked while they are written (nothing is written if an entry fails).
    * With deduplication asked for any entry, `deduplicated[i]` says whether entry i
-   * matched an existing job (and such batches take a statement per entry). Entries may
+   * matched an existing job (such a batch is still one statement, which writes its entries one
+   * at a time, in the order of their keys). Entries may
    * have `dependsOn`, of jobs enqueued before this call (for jobs that depend on each
    * other, see `flow`); then none of them may be deduplicated or debounced.
    *
@@ -971,7 +972,8 @@ export class Tusk<L extends TaskList = TaskList> {
   }
 
   /**
-   * Counts by state per tenant and per queue, and the age of the oldest waiting job.
+   * Counts by state in total, per tenant, per queue and per task, and the age of the
+   * oldest waiting job.
    * Unfinished jobs are counted now, finished ones over the last `windowMs` (default an
    * hour). It scans the unfinished jobs: fine for dashboards, not for every request.
    */
@@ -1031,7 +1033,13 @@ export class Tusk<L extends TaskList = TaskList> {
     return worker;
   }
 
-  /** Stops this instance's workers (gracefully), then closes the pool it created. */
+  /**
+   * Stops this instance's workers (gracefully), drainers and upkeeps, closes its waiters
+   * (`waitFor`), then the pool it created (a pool passed in is left open).
+   *
+   * @example
+   * process.once('SIGTERM', () => void tusk.close());
+   */
   async close(): Promise<void> {
     if (this.#closed) return;
     await Promise.all([...this.#workers, ...this.#drainers, ...this.#upkeeps].map((w) => w.stop()));

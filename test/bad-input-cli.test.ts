@@ -271,6 +271,11 @@ describe('other commands', () => {
         /^tusk: --concurrency: must be an integer >= 1 \(got "0"\)\n$/,
       ],
       [
+        'prefetch a word',
+        ['worker', '-r', FIXTURE, '--prefetch', 'lots'],
+        /^tusk: --prefetch: must be an integer >= 0 \(got "lots"\)\n$/,
+      ],
+      [
         'concurrency too high',
         ['worker', '-r', FIXTURE, '-c', '20000'],
         /^tusk: worker options\.concurrency: must be an integer from 1 to 10000 \(got 20000\)/,

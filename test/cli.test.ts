@@ -269,7 +269,11 @@ describe('tusk CLI', () => {
   });
 
   it('two `tusk worker` processes on 1 000 jobs: every job succeeds exactly once; SIGTERM stops them cleanly', async () => {
-    const workers = [startWorker(env(), '-q', 'two'), startWorker(env(), '-q', 'two', '--concurrency', '4')];
+    // --prefetch as the library takes it: auto, or a number (0: none)
+    const workers = [
+      startWorker(env(), '-q', 'two', '--prefetch', 'auto'),
+      startWorker(env(), '-q', 'two', '--concurrency', '4', '--prefetch', '0'),
+    ];
     try {
       await eventually(async () => (await db.rows(`SELECT id FROM $schema.workers`)).length === 2, 20_000);
       const { ids } = await db.tusk.enqueueMany(

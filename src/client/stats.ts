@@ -6,6 +6,7 @@ import type { JobState } from '../types.js';
 /** Jobs by state: unfinished ones now, finished ones within the stats window. */
 export type StateCounts = Record<JobState, number>;
 
+/** One tenant's, queue's or task's jobs in `Stats`: counts by state, and the oldest waiting. */
 export interface GroupStats {
   counts: StateCounts;
   /** Age of the oldest job that could run now, in ms; null if none waits. */

@@ -21,6 +21,7 @@ import { retentionSchema } from './retention.js';
  * due yet, the first at `nextRunAt`).
  */
 export const WAIT_REASONS = ['paused', 'queue_paused', 'slots_full', 'rate_limited', 'worker', 'scheduled'] as const;
+/** Why a tenant's jobs wait (see WAIT_REASONS); `TenantInfo.waitReasons` lists them. */
 export type WaitReason = (typeof WAIT_REASONS)[number];
 
 /** A tenant's settings and its unfinished jobs. */
@@ -147,6 +148,7 @@ export class Tenants {
     return this.set(tenant, { paused: true });
   }
 
+  /** Lets claims take the tenant's jobs again after `pause`. */
   resume(tenant: string): Promise<TenantInfo> {
     return this.set(tenant, { paused: false });
   }

@@ -111,8 +111,8 @@ export class EventFeed {
       const pool = await this.#api.pools.reads();
       rows =
         event === 'finished'
-          ? await selectFinished(pool, this.#api.schema, ids, null)
-          : await selectProgress(pool, this.#api.schema, ids, null);
+          ? await selectFinished(pool, this.#api.schema, ids)
+          : await selectProgress(pool, this.#api.schema, ids);
     } catch {
       // a batch that cannot be read (the statement timeout, a lost connection): its events
       // are lost to every stream, so every stream ends, and its client knows to look again

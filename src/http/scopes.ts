@@ -3,8 +3,9 @@ import { TuskValidationError } from '../errors.js';
 /**
  * What a token may do, on top of whose jobs it sees (its tenant's, or every tenant's):
  *
- * - `enqueue`: add jobs (`POST /api/jobs`);
- * - `read`: see jobs and its tenant (`GET /api/jobs`, `/api/jobs/:id`, `/api/tenants/:tenant`);
+ * - `enqueue`: add jobs (`POST /api/jobs`, `POST /api/flows`);
+ * - `read`: see jobs and its tenant (`GET /api/jobs`, `/api/jobs/:id`, `/api/tenants/:tenant`,
+ *   `/api/events`);
  * - `manage`: cancel and retry jobs;
  * - `lease`: lease jobs and complete them (`/api/fetch`, `ack`, `nack`, `extend`);
  * - `metrics`: `GET /metrics` (tokens without a tenant only);

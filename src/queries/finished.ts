@@ -10,13 +10,8 @@ export interface FinishedJob {
   finishedAt: Date;
 }
 
-/** These finished jobs (of `tenant` only, if given), as an event stream shows them. */
-export async function selectFinished(
-  db: Queryable,
-  schema: string,
-  ids: string[],
-  tenant: string | null,
-): Promise<FinishedJob[]> {
+/** These finished jobs, as an event stream shows them (each stream keeps its tenant's). */
+export async function selectFinished(db: Queryable, schema: string, ids: string[]): Promise<FinishedJob[]> {
   const { rows } = await db.query<{
     id: string;
     tenant: string;
@@ -26,8 +21,8 @@ export async function selectFinished(
     finished_at: Date;
   }>(
     `SELECT id::text, tenant, queue, task, state::text, finished_at FROM ${ident(schema)}.job_history
-     WHERE id = ANY ($1::bigint[]) AND ($2::text IS NULL OR tenant = $2) ORDER BY finished_at, id`,
-    [ids, tenant],
+     WHERE id = ANY ($1::bigint[]) ORDER BY finished_at, id`,
+    [ids],
   );
   return rows.map((r) => ({
     id: r.id,

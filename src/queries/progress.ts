@@ -23,17 +23,12 @@ export interface ProgressEvent {
   progress: unknown;
 }
 
-/** The progress of these jobs still running (of `tenant` only, if given). */
-export async function selectProgress(
-  db: Queryable,
-  schema: string,
-  ids: string[],
-  tenant: string | null,
-): Promise<ProgressEvent[]> {
+/** The progress of these jobs still running (each event stream keeps its tenant's). */
+export async function selectProgress(db: Queryable, schema: string, ids: string[]): Promise<ProgressEvent[]> {
   const { rows } = await db.query<ProgressEvent>(
     `SELECT id::text, tenant, queue, task, progress FROM ${ident(schema)}.jobs
-     WHERE id = ANY ($1::bigint[]) AND state = 'running' AND ($2::text IS NULL OR tenant = $2) ORDER BY id`,
-    [ids, tenant],
+     WHERE id = ANY ($1::bigint[]) AND state = 'running' ORDER BY id`,
+    [ids],
   );
   return rows;
 }

@@ -6,7 +6,7 @@ export interface ScheduleOptions {
   /** Task of its jobs; default the schedule's name. */
   task?: string;
   payload?: unknown;
-  /** Default `'default'`. */
+  /** Default the task definition's tenant, else `'default'`. */
   tenant?: string;
   /** Default the task definition's queue, else `'default'`. */
   queue?: string;

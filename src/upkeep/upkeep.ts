@@ -19,6 +19,7 @@ export interface UpkeepHost {
   paused?(): boolean;
 }
 
+/** Options of `tusk.upkeep()`: the periods of its passes. */
 export interface UpkeepOptions {
   /**
    * Period of the queue's upkeep: crash recovery (expired leases, dead workers),

@@ -14,7 +14,7 @@ interface Options {
   require: string;
   concurrency?: number;
   queue?: Array<string | [string, number]>;
-  prefetch?: number;
+  prefetch?: number | 'auto';
   leaseMs?: number;
   shutdownTimeoutMs?: number;
   name?: string;
@@ -123,7 +123,11 @@ export function workerCommand(program: Command): void {
     )
     .option('-c, --concurrency <n>', 'handlers running at once (default 10)', intOption('--concurrency', 1))
     .option('-q, --queue <name[,weight]>', 'queue to serve, repeatable (default: all queues)', parseQueue)
-    .option('--prefetch <n>', "jobs claimed ahead (default 'auto')", intOption('--prefetch'))
+    .option(
+      '--prefetch <n|auto>',
+      'jobs claimed ahead, 0 for none (default auto: about 25 ms of work)',
+      (value: string) => (value === 'auto' ? 'auto' : intOption('--prefetch')(value)),
+    )
     .option('--lease-ms <ms>', 'lease of a claimed job (default 30000)', intOption('--lease-ms', 1))
     .option('--shutdown-timeout-ms <ms>', 'grace period on stop (default 10000)', intOption('--shutdown-timeout-ms'))
     .option('--name <name>', 'worker name shown in the workers table')

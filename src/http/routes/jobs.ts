@@ -141,7 +141,8 @@ export function jobEndpoints(api: Api): Endpoint[] {
           : parse(enqueueOneSchema, value, 'body'),
       responses: {
         201: {
-          description: 'enqueued: { id, deduplicated } for one job, { ids } for many',
+          description:
+            'enqueued: { id, deduplicated } for one job, { ids } for many ({ ids, deduplicated } when an entry asks for deduplication or debounce)',
           schema: enqueuedSchema.or(enqueuedManySchema),
         },
         400: invalidDoc,
