@@ -305,6 +305,9 @@ export class Tusk<L extends TaskList = TaskList> {
    * Creates or upgrades Tusk's schema. Safe to run from many processes at once.
    * Throws TuskSchemaError if the database was migrated by a newer Tusk, or left by a
    * development build at a version before the baseline (30).
+   *
+   * @example
+   * const { applied } = await tusk.migrate(); // at deploy, or at each process's start
    */
   async migrate(): Promise<MigrateResult> {
     return migrate(await this.pool(), this.schema);
@@ -576,7 +579,12 @@ export class Tusk<L extends TaskList = TaskList> {
     return { id: id as string };
   }
 
-  /** Stages many jobs in one statement inside your transaction; ids in input order. */
+  /**
+   * Stages many jobs in one statement inside your transaction; ids in input order.
+   *
+   * @example
+   * await tusk.stageMany(tx, orders.map((o) => ({ task: 'invoice', payload: { order: o.id } })));
+   */
   async stageMany(tx: TransactionLike, jobs: readonly StageSpec[]): Promise<{ ids: string[] }> {
     const db = toQueryable(tx, 'tx');
     const records = await this.#records(jobs, 'jobs', stageSpecSchema);
@@ -584,7 +592,12 @@ export class Tusk<L extends TaskList = TaskList> {
     return { ids: await this.#write(db, (q) => stageJobs(q, this.schema, jsonArray(records))) };
   }
 
-  /** How many staged jobs wait for the drainer. */
+  /**
+   * How many staged jobs wait for the drainer.
+   *
+   * @example
+   * if ((await tusk.stagedCount()) > 100_000) log.warn('the drainer is behind');
+   */
   async stagedCount(): Promise<number> {
     return this.#write(undefined, (db) => countStaged(db, this.schema));
   }
@@ -642,6 +655,10 @@ export class Tusk<L extends TaskList = TaskList> {
    * Completes a leased job with its result (ACK). Throws LeaseLostError if the
    * lease is not held any more — it ran out and the job was leased again, or it was
    * already acked: a job is never completed twice.
+   *
+   * @example
+   * const [job] = await tusk.fetch({ queue: 'emails' });
+   * if (job) await tusk.ack(job, { sent: true });
    */
   async ack(lease: Lease, result?: unknown): Promise<void> {
     const { id, token } = parse(leaseSchema, lease, 'lease');
@@ -654,6 +671,9 @@ export class Tusk<L extends TaskList = TaskList> {
   /**
    * Gives a leased job back after a failed attempt (NACK): retried after
    * `delayMs` (default at once), or `dead` if out of attempts. Returns its state.
+   *
+   * @example
+   * await tusk.nack(job, { delayMs: 5_000, error: 'SMTP server busy' }); // 'failed' or 'dead'
    */
   async nack(lease: Lease, options: { delayMs?: number; error?: string } = {}): Promise<JobState> {
     const { id, token } = parse(leaseSchema, lease, 'lease');
@@ -669,7 +689,12 @@ export class Tusk<L extends TaskList = TaskList> {
     return state as JobState;
   }
 
-  /** Keeps a leased job for `ms` more from now (WORKING). Returns the new end. */
+  /**
+   * Keeps a leased job for `ms` more from now (WORKING). Returns the new end.
+   *
+   * @example
+   * const until = await tusk.extendLease(job, 60_000);
+   */
   async extendLease(lease: Lease, ms: number): Promise<Date> {
     return (await this.working(lease, ms)).leaseUntil;
   }
@@ -680,10 +705,9 @@ export class Tusk<L extends TaskList = TaskList> {
    * so this is how it hears one — it should stop and `nack` (or `ack`) the job. One
    * statement; throws `LeaseLostError` when the lease is not held any more.
    *
-   * ```ts
+   * @example
    * const { cancelRequested } = await tusk.working(job, 60_000);
    * if (cancelRequested) return tusk.nack(job, { error: 'cancelled' });
-   * ```
    */
   async working(lease: Lease, ms: number): Promise<{ leaseUntil: Date; cancelRequested: boolean }> {
     const { id, token } = parse(leaseSchema, lease, 'lease');
@@ -710,6 +734,9 @@ export class Tusk<L extends TaskList = TaskList> {
    * for its retry, becomes available now with its attempts reset (its errors are kept).
    * Returns true if it was re-queued, false if it is in no state to be (waiting,
    * running, succeeded), null for an unknown id.
+   *
+   * @example
+   * await tusk.retry(id); // true: queued again
    */
   async retry(id: string | number | bigint): Promise<boolean | null> {
     const key = jobId(id);
@@ -889,6 +916,10 @@ export class Tusk<L extends TaskList = TaskList> {
   /**
    * A job by id, whatever its state; null if there is no such job. On a typed instance,
    * its payload and result have its task's types (check `job.task` to narrow them).
+   *
+   * @example
+   * const job = await tusk.getJob(id);
+   * console.log(job?.state, job?.attempts, job?.errors);
    */
   async getJob(id: string | number | bigint): Promise<TypedJob<L> | null> {
     const key = jobId(id);
@@ -919,6 +950,9 @@ export class Tusk<L extends TaskList = TaskList> {
    * listening connection as `waitFor`, until the returned function is called. The HTTP
    * server's event stream is made of it. The ids are as announced, by a notification any
    * role may send: read the jobs (`getJob`) for what became of them, as the stream does.
+   *
+   * @example
+   * const stop = await tusk.onFinished((ids) => console.log('finished', ids));
    */
   async onFinished(fn: (ids: string[]) => void): Promise<() => void> {
     return this.#finishes().subscribe('finished', fn);
@@ -950,6 +984,9 @@ export class Tusk<L extends TaskList = TaskList> {
    * Cancels a job: a waiting job ends `cancelled` at once; a running one has its
    * `ctx.signal` aborted and ends `cancelled` if the handler then fails. Returns the
    * job's state after the call (`running` for a running job), null for an unknown id.
+   *
+   * @example
+   * await tusk.cancel(id); // 'cancelled', or 'running' while its handler stops
    */
   async cancel(id: string | number | bigint): Promise<JobState | null> {
     const key = jobId(id);
@@ -976,6 +1013,9 @@ export class Tusk<L extends TaskList = TaskList> {
    * oldest waiting job.
    * Unfinished jobs are counted now, finished ones over the last `windowMs` (default an
    * hour). It scans the unfinished jobs: fine for dashboards, not for every request.
+   *
+   * @example
+   * const { total, tenants } = await tusk.stats({ windowMs: 600_000 });
    */
   async stats(options: { windowMs?: number } = {}): Promise<Stats> {
     const windowMs = parse(statsOptionsSchema, options, 'options').windowMs ?? 3_600_000;

@@ -194,7 +194,11 @@ export interface FlowIds {
 /** What `enqueue` returns. */
 export interface Enqueued {
   id: string;
-  /** True when an identical unfinished job existed (see `dedupe`): `id` is that job's. */
+  /**
+   * True when no job was added: an unfinished job with the same dedup key existed (see
+   * `dedupe`, `dedupKey`), or this enqueue joined a debounce burst (`debounce`: its job now
+   * has this enqueue's payload and options). `id` is that job's.
+   */
   deduplicated: boolean;
 }
 
