@@ -1,5 +1,5 @@
 import type { JobEvent } from '../client/waiters.js';
-import { type FinishedJob, selectFinished } from '../queries/finished.js';
+import { type FinishedJob, selectFinished } from '../queries/finishedEvents.js';
 import { type ProgressEvent, selectProgress } from '../queries/progress.js';
 import type { Api } from './api.js';
 import { CallerLimit } from './callerLimit.js';

@@ -54,20 +54,3 @@ export async function heartbeat(
   );
   return rows[0] ?? { alive: false, cancelled: [], lost: [], lease_left_ms: null };
 }
-
-/** Upkeep (reap, promote, expire, partitions) if no other process is doing it. */
-export interface UpkeepResult {
-  released?: number;
-  dead?: number;
-  workers?: number;
-  promoted?: number;
-  expired?: number;
-  partitions?: number;
-  /** Steps that failed (rolled back on their own; the others ran). */
-  errors: Array<{ step: string; code: string; message: string }>;
-}
-
-export async function maintain(db: Queryable, schema: string, graceMs: number): Promise<UpkeepResult | null> {
-  const { rows } = await db.query<{ r: UpkeepResult | null }>(`SELECT ${ident(schema)}.maintain($1) AS r`, [graceMs]);
-  return rows[0]?.r ?? null;
-}

@@ -1,5 +1,5 @@
 import type { Database } from '../db/connection.js';
-import { maintain, type UpkeepResult } from '../queries/workers.js';
+import { maintain, type UpkeepResult } from '../queries/upkeep.js';
 import type { ServiceContext, UpkeepService } from './service.js';
 
 /** After a server restart, workers get this long to reconnect before their jobs are reaped. */

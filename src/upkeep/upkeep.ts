@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import type { Database } from '../db/connection.js';
 import { isConnectionError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { UpkeepResult } from '../queries/workers.js';
+import type { UpkeepResult } from '../queries/upkeep.js';
 import type { FireResult } from '../schedules/fire.js';
 import { HistoryService } from './historyService.js';
 import { QueueService } from './queueService.js';

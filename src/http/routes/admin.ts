@@ -24,7 +24,7 @@ import {
   workerListSchema,
 } from '../schemas.js';
 import { SCOPES } from '../scopes.js';
-import { invalidDoc, searchDocs, timeoutDoc } from './docs.js';
+import { invalidDoc, searchDocs, timeoutDoc } from './errorDocs.js';
 
 const tenantOf = (name: string | undefined) => parse(tenantParam, name, 'tenant');
 

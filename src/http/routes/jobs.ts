@@ -37,7 +37,7 @@ import {
   stateSchema,
 } from '../schemas.js';
 import type { Principal } from '../tokens.js';
-import { invalidDoc, jobNotFoundDoc, searchDocs, timeoutDoc } from './docs.js';
+import { invalidDoc, jobNotFoundDoc, searchDocs, timeoutDoc } from './errorDocs.js';
 
 /**
  * The job of `:id` if the caller may see it, else 404 (whether it exists or not). For a

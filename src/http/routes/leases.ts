@@ -19,7 +19,7 @@ import {
   okSchema,
   stateSchema,
 } from '../schemas.js';
-import { invalidDoc, jobNotFoundDoc } from './docs.js';
+import { invalidDoc, jobNotFoundDoc } from './errorDocs.js';
 import { visibleJob } from './jobs.js';
 
 const leaseDocs = {
