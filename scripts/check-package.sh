@@ -69,5 +69,13 @@ cp -r "$repo/test/package/cjs" "$work/cjs"
   fi
   echo "$out"
   [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "set DATABASE_URL" <<<"$out"
+  # the BullMQ sink's packages are the app's to install: without them the drainer does not
+  # start (it ran on before, logging the error at each batch: here, until the timeout)
+  if out="$(timeout 30 "$tusk" drain --sink bullmq 2>&1)"; then
+    echo "tusk drain --sink bullmq without bullmq installed started" >&2
+    exit 1
+  fi
+  echo "$out"
+  [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q '^tusk: the BullMQ sink needs the package "bullmq" (npm install bullmq)' <<<"$out"
 )
 echo "--- package check passed"

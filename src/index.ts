@@ -15,7 +15,13 @@ export type {
 } from './db/adapters.js';
 export type { EmbeddedOptions } from './db/embedded.js';
 export type { Queryable } from './db/queryable.js';
-export { type BullMQJob, type BullMQSinkOptions, bullmqSink, type RedisClientLike } from './drain/bullmq.js';
+export {
+  type BullMQJob,
+  type BullMQSinkOptions,
+  bullmqSink,
+  bullmqSinkReady,
+  type RedisClientLike,
+} from './drain/bullmq.js';
 export { type DrainedBatch, Drainer, type DrainerOptions } from './drain/drainer.js';
 export { type Sink, type SinkContext, StagedJob, type StagedOptions } from './drain/sink.js';
 export { tuskSink } from './drain/tuskSink.js';

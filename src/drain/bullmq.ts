@@ -1,3 +1,4 @@
+import { TuskError } from '../errors.js';
 import { importPeer } from '../peer.js';
 import type { Sink, StagedJob } from './sink.js';
 
@@ -190,9 +191,22 @@ function redactUrl(url: string): string {
   return url.replace(/\/\/([^:@/]*):[^@/]*@/, '//$1:***@');
 }
 
+/**
+ * Loads the packages the BullMQ sink needs (bullmq, and ioredis for a connection given as
+ * a URL), throwing an error that says what to install. The sink loads them at its first
+ * send; a process that should not start without them (`tusk drain`) calls this first.
+ *
+ * @example
+ * await bullmqSinkReady(); // throws: the BullMQ sink needs the package "bullmq" (npm install bullmq): …
+ */
+export async function bullmqSinkReady(options: Pick<BullMQSinkOptions, 'connection'> = {}): Promise<void> {
+  await loadPeer('bullmq');
+  if (typeof options.connection !== 'object') await loadPeer('ioredis');
+}
+
 /** Loads bullmq or ioredis, with an error that says what to install. */
 const loadPeer = <T>(name: string) =>
   importPeer<T>(
     name,
-    (error) => new Error(`the BullMQ sink needs the package "${name}" (npm install ${name}): ${error.message}`),
+    (error) => new TuskError(`the BullMQ sink needs the package "${name}" (npm install ${name}): ${error.message}`),
   );

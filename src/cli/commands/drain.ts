@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { bullmqSink } from '../../drain/bullmq.js';
+import { bullmqSink, bullmqSinkReady } from '../../drain/bullmq.js';
 import type { Drainer, DrainerOptions } from '../../drain/drainer.js';
 import { intOption, optionError, tuskFor, urlSource } from '../context.js';
 import { runUntilSignal, StopSignal, startPatiently } from '../lifecycle.js';
@@ -55,6 +55,8 @@ export function drainCommand(program: Command): void {
       10_000,
     )
     .action(async (options: Options, command: Command) => {
+      // refused at start, not logged at each batch while the drainer runs on
+      if (options.sink === 'bullmq') await bullmqSinkReady();
       const signal = new StopSignal();
       const tusk = tuskFor(command);
       const drainerOptions: DrainerOptions = {
