@@ -30,12 +30,11 @@ export async function eventually<T>(
  * Puts `around` in front of the promise-form queries of every connection `pool` makes (a
  * worker's claims run on a pooled connection, in a transaction, not through `pool.query`,
  * whose own calls are callback-form and go by as they are). `around` gets the statement's
- * text, a function that runs it and the connection, and returns the answer to give; null:
- * run it as is.
+ * text and a function that runs it, and returns the answer to give; null: run it as is.
  */
 export function aroundClientQueries(
   pool: pg.Pool,
-  around: (text: string | undefined, run: () => Promise<unknown>, client: pg.PoolClient) => Promise<unknown> | null,
+  around: (text: string | undefined, run: () => Promise<unknown>) => Promise<unknown> | null,
 ): void {
   pool.on('connect', (client) => {
     const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
@@ -43,7 +42,7 @@ export function aroundClientQueries(
       if (typeof args.at(-1) === 'function') return query(...args);
       const first = args[0] as string | { text?: string };
       const text = typeof first === 'string' ? first : first?.text;
-      return around(text, () => query(...args), client) ?? query(...args);
+      return around(text, () => query(...args)) ?? query(...args);
     }) as typeof client.query;
   });
 }

@@ -18,17 +18,13 @@ export interface WeightedClaim {
  * client gone only when it sends the answer, after the commit) leased its jobs to a worker
  * that never saw them, and they waited for the lease to run out. Now such a claim is rolled
  * back when the server finds the connection gone; only a cut in the COMMIT's own round
- * trip leaves the outcome unknown. Two more round trips a claim. A worker that stands
- * still between the answer and its COMMIT (a frozen process keeps its connection) would
- * hold the jobs' row locks, and a limited tenant's row, as long: past a lease's length
- * idle, the server ends the session and the claim is rolled back, as its jobs would have
- * been handed back once their lease ran out.
+ * trip leaves the outcome unknown. Two more round trips a claim.
  */
 export async function claimByWeight(pool: pg.Pool, schema: string, c: WeightedClaim): Promise<ClaimedRow[]> {
   const client = await pool.connect();
   let rows: ClaimedRow[];
   try {
-    await client.query(`BEGIN; SET LOCAL idle_in_transaction_session_timeout = ${Math.trunc(c.leaseMs)}`);
+    await client.query('BEGIN');
     rows = await claimWeighted(client, schema, c);
     await client.query('COMMIT');
   } catch (error) {
