@@ -27,27 +27,6 @@ export async function eventually<T>(
 }
 
 /**
- * Puts `around` in front of the promise-form queries of every connection `pool` makes (a
- * worker's claims run on a pooled connection, in a transaction, not through `pool.query`,
- * whose own calls are callback-form and go by as they are). `around` gets the statement's
- * text and a function that runs it, and returns the answer to give; null: run it as is.
- */
-export function aroundClientQueries(
-  pool: pg.Pool,
-  around: (text: string | undefined, run: () => Promise<unknown>) => Promise<unknown> | null,
-): void {
-  pool.on('connect', (client) => {
-    const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
-    client.query = ((...args: unknown[]) => {
-      if (typeof args.at(-1) === 'function') return query(...args);
-      const first = args[0] as string | { text?: string };
-      const text = typeof first === 'string' ? first : first?.text;
-      return around(text, () => query(...args)) ?? query(...args);
-    }) as typeof client.query;
-  });
-}
-
-/**
  * Connections of their own, for transactions held open across steps (`session()` makes
  * one); each is ended after the test that made it, or after the file with `perFile`.
  */

@@ -3,7 +3,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import type { Job, JobContext } from '../src/index.js';
 import { Gate } from './gate.js';
-import { aroundClientQueries, eventually, sleep, useSessions, useTestDb } from './helpers.js';
+import { eventually, sleep, useSessions, useTestDb } from './helpers.js';
 
 const db = useTestDb(import.meta.url);
 const session = useSessions(() => db.url);
@@ -91,25 +91,28 @@ async function runHeld(
   steps: { during(n: number): Promise<void>; afterNext?(): Promise<void>; done(): Promise<void> },
 ): Promise<number[]> {
   const pool = new pg.Pool({ connectionString: db.url, max: 4 });
+  const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<{ rows?: unknown[] }>;
   let lastClaimAt = 0;
   let lastJobsAt = Number.POSITIVE_INFINITY;
   let held = 0;
   let next = false;
-  aroundClientQueries(pool, (text, run) => {
-    if (next || !text?.includes('claim_jobs')) return null;
+  pool.query = ((...args: unknown[]) => {
+    const first = args[0] as string | { text?: string };
+    const text = typeof first === 'string' ? first : first?.text;
+    if (next || !text?.includes('claim_jobs')) return query(...args);
     const now = performance.now();
     const gap = now - lastClaimAt;
     lastClaimAt = now;
     const hold = held === holds ? 0 : held > 0 || (gap >= 200 && now - lastJobsAt >= 500) ? ++held : 0;
     const after = hold === 0 && held === holds;
     next ||= after;
-    return run().then(async (result) => {
-      if (((result as { rows?: unknown[] }).rows?.length ?? 0) > 0) lastJobsAt = performance.now();
+    return query(...args).then(async (result) => {
+      if ((result.rows?.length ?? 0) > 0) lastJobsAt = performance.now();
       if (hold > 0) await steps.during(hold);
       if (after) await steps.afterNext?.();
       return result;
     });
-  });
+  }) as typeof pool.query;
   const tusk = db.another({ pool });
   const ran: number[] = [];
   let release: () => void = () => {};
@@ -356,19 +359,17 @@ describe('worker', () => {
       const outcome = new Promise<void>((resolve) => {
         written = resolve;
       });
-      aroundClientQueries(pool, (text, run) =>
-        armed && text?.includes('claim_jobs')
-          ? // answered once the outcome is written and announced
-            run().then(async (result) => {
-              await outcome;
-              await sleep(50);
-              return result;
-            })
-          : null,
-      );
       pool.query = ((...args: unknown[]) => {
         const first = args[0] as string | { text?: string };
         const text = typeof first === 'string' ? first : first?.text;
+        if (armed && text?.includes('claim_jobs')) {
+          // answered once the outcome is written and announced
+          return query(...args).then(async (result) => {
+            await outcome;
+            await sleep(50);
+            return result;
+          });
+        }
         if (armed && text?.includes('finish_jobs')) {
           return query(...args).then((result) => {
             written();
@@ -630,9 +631,9 @@ describe('worker', () => {
 
   it("cancels a job whose cancel was heard before its claim's answer came: it never runs", async () => {
     // The claim commits, then the cancel, whose notification reaches the worker's listening
-    // connection before the answer to the claim's COMMIT (held back) reaches the worker.
-    // Before, the job was held with no cancel heard of it and started on its claim alone:
-    // its handler ran, to be aborted by the next heartbeat.
+    // connection before the claim's answer (held at a gate) reaches the worker. Before, the
+    // job was held with no cancel heard of it and started on its claim alone: its handler
+    // ran, to be aborted by the next heartbeat.
     const gate = await Gate.open(db.url);
     // the pool through the gate, its connections kept (a new one would be held at its
     // startup); the listening connection, which takes the pool's settings, straight there
@@ -643,17 +644,6 @@ describe('worker', () => {
         const value = Reflect.get(target, key, target);
         return typeof value === 'function' ? value.bind(target) : value;
       },
-    });
-    // the answers to the claims' COMMITs, held back while `hold` is set
-    let hold: Promise<void> | null = null;
-    let letGo = () => {};
-    aroundClientQueries(gated, (text, run) => {
-      const held = hold;
-      if (text !== 'COMMIT' || !held) return null;
-      return run().then(async (answer) => {
-        await held;
-        return answer;
-      });
     });
     const tusk = db.another({ pool });
     const ran: string[] = [];
@@ -695,25 +685,21 @@ describe('worker', () => {
       await worker.start();
       for (let round = 0; round < 5; round++) {
         await eventually(quiet);
-        hold = new Promise((resolve) => {
-          letGo = resolve;
-        });
+        gate.hold();
         const { id } = await db.tusk.enqueue('long', {}, { queue: 'cancel-in-flight' });
-        // its claim committed, the answer to its COMMIT held back
+        // its claim committed, its answer held at the gate
         await eventually(async () => (await stateOf(id)) === 'running');
         const before = heard;
         expect(await db.tusk.cancel(id)).toBe('running');
         // the worker hears it when the probe does (a moment more for the worker)
         await eventually(() => heard > before);
         await sleep(50);
-        hold = null;
-        letGo();
+        gate.release();
         expect(await finished(id)).toMatchObject({ state: 'cancelled' });
         expect(ran).toEqual([]);
       }
     } finally {
-      hold = null;
-      letGo();
+      gate.release();
       await worker.stop();
       await tusk.close();
       await gated.end();
