@@ -54,6 +54,16 @@ async function endListenerHeld(): Promise<{ pid: number; port: number } | undefi
   return listener;
 }
 
+/** No claim through the gate running, nor run within the claim loops' look-agains (600 ms). */
+const quietThroughGate = async () =>
+  (
+    await db.rows(
+      `SELECT 1 FROM pg_stat_activity WHERE client_port = ANY($1) AND query LIKE '%claim_jobs%'
+       AND (state <> 'idle' OR state_change > clock_timestamp() - interval '600 ms')`,
+      [gate.ports()],
+    )
+  ).length === 0;
+
 /** Cuts the gate until the worker has tried, and failed, to come back `attempts` times. */
 async function outage(attempts: number): Promise<void> {
   const before = gate.refused;
@@ -87,6 +97,10 @@ describe('a worker cut off from the database', () => {
     await worker.start();
     const first = await db.tusk.enqueue('work', {});
     await eventually(async () => (await state(first.id)) === 'succeeded');
+    // no claim in flight when the connections go: one cut off as it ran still commits on
+    // the server (it sees the client gone only when it writes the answer) and could take the
+    // job enqueued next, leased to a worker that never saw it until the lease runs out
+    await eventually(quietThroughGate);
 
     await outage(1);
     const during = await db.tusk.enqueue('work', {});
